@@ -1,0 +1,1 @@
+"""ABS Replay: the command line and its configuration."""

@@ -1,0 +1,1 @@
+"""The SQL catalog: ORM models, engine set-up and migrations to head."""

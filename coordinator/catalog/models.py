@@ -1,0 +1,206 @@
+"""ORM models of the catalog (SQLAlchemy 2, typed). Alembic migrations mirror them.
+
+One declarative base with a naming convention; status columns are StrEnums
+stored as strings; every timestamp is UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKeyConstraint,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from coordinator.lifecycle import CheckpointStatus, FailureReason, SinkTxnStatus
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python; timestamptz on PostgreSQL, naive UTC text on SQLite."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the catalog; use UTC-aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def enum_column(enum: type[StrEnum], nullable: bool = False) -> Mapped:
+    # plain strings (not native enums) so the same migration serves SQLite and PostgreSQL
+    return mapped_column(String(32), nullable=nullable)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    execution_graph: Mapped[str] = mapped_column(Text)
+    total_tasks: Mapped[int] = mapped_column(Integer)
+    # the checkpoint id counter: bumped under the row lock, so ids strictly increase
+    last_checkpoint_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    max_concurrent_pending: Mapped[int] = mapped_column(Integer)
+    min_pause_ms: Mapped[int] = mapped_column(BigInteger)
+    timeout_ms: Mapped[int] = mapped_column(BigInteger)
+    tolerable_failures: Mapped[int] = mapped_column(Integer)
+    retained: Mapped[int] = mapped_column(Integer)
+    full_snapshot_every: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    status: Mapped[CheckpointStatus] = enum_column(CheckpointStatus)
+    failure_reason: Mapped[FailureReason | None] = enum_column(FailureReason, nullable=True)
+    failure_detail: Mapped[str | None] = mapped_column(Text)
+    total_tasks: Mapped[int] = mapped_column(Integer)
+    snapshot_mode: Mapped[str | None] = mapped_column(String(16))
+    triggered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    subsumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class SourceSegment(Base):
+    """A landed, immutable segment file; its records get offsets first_offset.. in its partition."""
+
+    __tablename__ = "source_segments"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    first_offset: Mapped[int] = mapped_column(BigInteger)
+    records: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SourceCut(Base):
+    """Barrier n's position in one partition: epoch n holds offsets below ``offset``."""
+
+    __tablename__ = "source_cuts"
+    __table_args__ = (
+        ForeignKeyConstraint(["job", "checkpoint_id"], ["checkpoints.job", "checkpoints.checkpoint_id"]),
+    )
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    partition: Mapped[str] = mapped_column(String(255), primary_key=True)
+    offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class TaskAck(Base):
+    """One task's acknowledgement of a checkpoint, with its state handle and stats."""
+
+    __tablename__ = "task_acks"
+    __table_args__ = (
+        ForeignKeyConstraint(["job", "checkpoint_id"], ["checkpoints.job", "checkpoints.checkpoint_id"]),
+    )
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    operator: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subtask: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state_uri: Mapped[str | None] = mapped_column(Text)
+    # incremental snapshots: the checkpoint whose state this one's file is a delta on
+    base_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    state_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    state_rows: Mapped[int] = mapped_column(BigInteger, default=0)
+    checksum: Mapped[str | None] = mapped_column(String(64))
+    alignment_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    sync_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    async_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    acked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SinkTransaction(Base):
+    """A sink's pre-committed output for one checkpoint: STAGED, then COMMITTED or ABORTED."""
+
+    __tablename__ = "sink_transactions"
+    __table_args__ = (
+        ForeignKeyConstraint(["job", "checkpoint_id"], ["checkpoints.job", "checkpoints.checkpoint_id"]),
+    )
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    sink: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[SinkTxnStatus] = enum_column(SinkTxnStatus)
+    rows: Mapped[int] = mapped_column(BigInteger)
+    staged_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class DeadLetter(Base):
+    """A record that could not be processed (e.g. not UTF-8), kept instead of dropped silently."""
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(64))
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+    partition: Mapped[str] = mapped_column(String(255))
+    segment: Mapped[str] = mapped_column(String(255))
+    offset: Mapped[int] = mapped_column(BigInteger)
+    reason: Mapped[str] = mapped_column(Text)
+    payload: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class WordcountCount(Base):
+    """The wordcount sink: counts as of the latest committed checkpoint."""
+
+    __tablename__ = "wordcount_counts"
+
+    word: Mapped[str] = mapped_column(String(512), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class WordcountCountStaged(Base):
+    """Pre-committed wordcount rows of a checkpoint, moved into wordcount_counts on commit."""
+
+    __tablename__ = "wordcount_counts_staged"
+
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    word: Mapped[str] = mapped_column(String(512), primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)

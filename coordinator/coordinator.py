@@ -1,0 +1,140 @@
+"""The checkpoint coordinator: inject barriers and finalize checkpoints for one job.
+
+``inject`` records barrier n (the cut of every source partition) and never
+waits for processing. ``finalize`` is what runs after processing: expire timed
+out checkpoints, commit the sinks of completed ones and abort the failed ones',
+apply retention, and delete state that nothing references any more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from coordinator import sinks, source, state_files
+from coordinator.catalog.models import DeadLetter, SourceSegment, TaskAck
+from coordinator.errors import TolerableFailuresExceededError
+from coordinator.jobs import JobDefinition
+from coordinator.lifecycle import CheckpointStatus
+from coordinator.store import CheckpointStore, TriggerOutcome
+
+
+@dataclass
+class FinalizeReport:
+    expired: list[int] = field(default_factory=list)
+    committed: list[int] = field(default_factory=list)
+    aborted: list[int] = field(default_factory=list)
+    subsumed: list[int] = field(default_factory=list)
+    deleted_dirs: list[str] = field(default_factory=list)
+    consecutive_failures: int = 0
+
+
+class CheckpointCoordinator:
+    def __init__(self, store: CheckpointStore, job: JobDefinition, data_dir: Path, state_uri: str) -> None:
+        self.store = store
+        self.job = job
+        self.data_dir = data_dir
+        self.state_uri = state_uri
+
+    # -- barriers ---------------------------------------------------------------
+    def inject(self, now: datetime | None = None) -> TriggerOutcome:
+        self.store.register_job(self.job)
+        return self.store.trigger(self.job.name, self._build_cut, now)
+
+    def _build_cut(self, s: Session, checkpoint_id: int) -> tuple[dict[str, int], int, int]:
+        """Register newly landed segments and return the cut: every partition's end offset."""
+        job = self.job.name
+        ends: dict[str, int] = {
+            p: end
+            for p, end in s.execute(
+                select(SourceSegment.partition, func.max(SourceSegment.first_offset + SourceSegment.records))
+                .where(SourceSegment.job == job)
+                .group_by(SourceSegment.partition)
+            ).all()
+        }
+        known = {(p, n) for p, n in s.execute(
+            select(SourceSegment.partition, SourceSegment.name).where(SourceSegment.job == job)
+        ).all()}
+        root = source.input_dir(self.data_dir, job)
+        new_segments = new_records = 0
+        for partition in source.list_partitions(root):
+            offset = ends.get(partition, 0)
+            for name in source.list_segments(root / partition):
+                if (partition, name) in known:
+                    continue
+                seg = source.scan_segment(partition, root / partition / name)
+                s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
+                                    records=seg.records, bytes=seg.bytes))
+                s.add_all(
+                    DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=partition, segment=name,
+                               offset=offset + bad.offset_in_segment, reason=bad.reason, payload=bad.payload)
+                    for bad in seg.bad_records
+                )
+                offset += seg.records
+                new_segments += 1
+                new_records += seg.records
+            ends[partition] = offset
+        return ends, new_segments, new_records
+
+    # -- after processing ---------------------------------------------------------
+    def finalize(self, now: datetime | None = None) -> FinalizeReport:
+        self.store.register_job(self.job)
+        report = FinalizeReport()
+        report.expired = self.store.expire_timed_out(self.job.name, now)
+        with self.store.sessions.begin() as s:
+            report.committed, report.aborted = sinks.settle(s, self.job.name, self.job.sink_table)
+        report.subsumed = self.store.subsume_beyond_retention(self.job.name)
+        report.deleted_dirs = self.collect_garbage()
+        report.consecutive_failures = self.store.consecutive_failures(self.job.name)
+        tolerable = self.store.policy(self.job.name).tolerable_failures
+        if report.consecutive_failures > tolerable:
+            raise TolerableFailuresExceededError(
+                f"job {self.job.name!r}: {report.consecutive_failures} consecutive failed checkpoints "
+                f"exceed tolerable_failures={tolerable}; see snapshot_history for the reasons"
+            )
+        return report
+
+    def referenced_checkpoint_dirs(self) -> set[int]:
+        """Checkpoint directories that a live catalog row still needs.
+
+        PENDING checkpoints (being written right now) and the incremental chain
+        of every COMPLETED checkpoint are kept.
+        """
+        checkpoints = self.store.checkpoints(self.job.name)
+        keep = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.PENDING}
+        acks = self.store.all_acks(self.job.name)
+        base_of: dict[tuple[int, str, int], int | None] = {
+            (a.checkpoint_id, a.operator, a.subtask): a.base_checkpoint_id for a in acks if a.state_uri
+        }
+        for c in checkpoints:
+            if c.status != CheckpointStatus.COMPLETED:
+                continue
+            keep.add(c.checkpoint_id)
+            for (cid, op, sub), base in base_of.items():
+                if cid != c.checkpoint_id:
+                    continue
+                while base is not None:
+                    keep.add(base)
+                    base = base_of.get((base, op, sub))
+        return keep
+
+    def collect_garbage(self) -> list[str]:
+        """Delete checkpoint directories no catalog row references (and only those)."""
+        keep = self.referenced_checkpoint_dirs()
+        known = {c.checkpoint_id for c in self.store.checkpoints(self.job.name)}
+        deleted = []
+        for cid, uri in sorted(state_files.checkpoint_dirs(self.state_uri, self.job.name).items()):
+            # a directory newer than any catalog row belongs to a writer we cannot see: keep it
+            if cid in keep or cid > max(known, default=0):
+                continue
+            state_files.delete_dir(uri)
+            deleted.append(uri)
+        return deleted
+
+
+def state_handles_of(acks: list[TaskAck], operator: str) -> dict[int, TaskAck]:
+    return {a.subtask: a for a in acks if a.operator == operator}

@@ -1,0 +1,57 @@
+"""The one exception hierarchy of ABS Replay.
+
+Every error that can reach a user derives from ``AbsError`` and carries the
+exit code the command line reports: 2 for bad input or usage (nothing was
+written), 1 for a failure while doing the work.
+"""
+
+from __future__ import annotations
+
+
+class AbsError(Exception):
+    """Base of every error ABS Replay raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(AbsError):
+    """Bad input: an unknown job, a malformed setting, a bad path. Nothing was written."""
+
+    exit_code = 2
+
+
+class UnknownJobError(UsageError):
+    def __init__(self, job: str, known: list[str]) -> None:
+        super().__init__(f"unknown job {job!r}; known jobs: {', '.join(known) or 'none'}")
+        self.job = job
+
+
+class ConfigError(UsageError):
+    """A setting (environment variable, connection) is malformed."""
+
+
+class CatalogUnavailableError(UsageError):
+    """The catalog database cannot be reached or is not migrated."""
+
+
+class SourceError(UsageError):
+    """The source directory layout is wrong (e.g. a partition that is a file)."""
+
+
+class CheckpointNotFoundError(UsageError):
+    def __init__(self, job: str, checkpoint_id: int, why: str = "does not exist") -> None:
+        super().__init__(f"checkpoint {checkpoint_id} of job {job!r} {why}")
+        self.job = job
+        self.checkpoint_id = checkpoint_id
+
+
+class IllegalTransitionError(AbsError):
+    """A lifecycle transition the state machine does not allow (a bug, not bad input)."""
+
+
+class StateIntegrityError(AbsError):
+    """A state file is missing or does not match its recorded checksum."""
+
+
+class TolerableFailuresExceededError(AbsError):
+    """More consecutive checkpoint failures than the job's policy tolerates."""

@@ -1,0 +1,123 @@
+"""The checkpoint lifecycle as a pure state machine (no I/O).
+
+    trigger                      -> PENDING
+    ack from every task          -> COMPLETED   (only through ``complete``)
+    decline / timeout / error    -> FAILED(reason)
+    newer completed + retention  -> SUBSUMED
+
+States, inputs and results are enums; ``TRANSITIONS`` is the one table of
+allowed moves. The store applies these rules to catalog rows; the caller does
+the I/O, as in python-hyper/h2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from coordinator.errors import IllegalTransitionError
+
+
+class CheckpointStatus(StrEnum):
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SUBSUMED = "SUBSUMED"
+
+
+class CheckpointEvent(StrEnum):
+    COMPLETE = "COMPLETE"
+    FAIL = "FAIL"
+    SUBSUME = "SUBSUME"
+
+
+class FailureReason(StrEnum):
+    """Why a checkpoint failed (after Flink's CheckpointFailureReason)."""
+
+    TIMEOUT = "TIMEOUT"
+    TASK_DECLINED = "TASK_DECLINED"
+    ASYNC_SNAPSHOT_FAILED = "ASYNC_SNAPSHOT_FAILED"
+    PROCESSING_FAILED = "PROCESSING_FAILED"
+    SNAPSHOT_DISABLED = "SNAPSHOT_DISABLED"
+    SINK_STAGE_FAILED = "SINK_STAGE_FAILED"
+
+    @property
+    def counts_toward_tolerance(self) -> bool:
+        """A run without snapshots is a choice, not a failure of the job."""
+        return self is not FailureReason.SNAPSHOT_DISABLED
+
+
+class AckResult(StrEnum):
+    """What an acknowledgement did. Never an exception: a retried task is harmless."""
+
+    SUCCESS = "SUCCESS"
+    DUPLICATE = "DUPLICATE"
+    UNKNOWN = "UNKNOWN"
+    DISCARDED = "DISCARDED"
+
+
+class SinkTxnStatus(StrEnum):
+    STAGED = "STAGED"
+    COMMITTED = "COMMITTED"
+    ABORTED = "ABORTED"
+
+
+TRANSITIONS: dict[tuple[CheckpointStatus, CheckpointEvent], CheckpointStatus] = {
+    (CheckpointStatus.PENDING, CheckpointEvent.COMPLETE): CheckpointStatus.COMPLETED,
+    (CheckpointStatus.PENDING, CheckpointEvent.FAIL): CheckpointStatus.FAILED,
+    (CheckpointStatus.COMPLETED, CheckpointEvent.SUBSUME): CheckpointStatus.SUBSUMED,
+}
+
+
+def transition(status: CheckpointStatus, event: CheckpointEvent) -> CheckpointStatus:
+    try:
+        return TRANSITIONS[(status, event)]
+    except KeyError:
+        raise IllegalTransitionError(f"a {status} checkpoint cannot {event.lower()}") from None
+
+
+def ack_result(status: CheckpointStatus | None, already_acked: bool) -> AckResult:
+    """The outcome of an ack for a checkpoint in ``status`` (None: no such checkpoint)."""
+    if status is None:
+        return AckResult.UNKNOWN
+    if already_acked:
+        return AckResult.DUPLICATE
+    if status is CheckpointStatus.PENDING:
+        return AckResult.SUCCESS
+    # A late ack for a checkpoint that already failed or was subsumed.
+    return AckResult.DISCARDED
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint collecting acks; becomes completed only when fully acked."""
+
+    checkpoint_id: int
+    tasks: frozenset[str]
+    acked: set[str] = field(default_factory=set)
+    status: CheckpointStatus = CheckpointStatus.PENDING
+    failure_reason: FailureReason | None = None
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        return self.acked >= self.tasks
+
+    def acknowledge(self, task: str) -> AckResult:
+        if task not in self.tasks:
+            return AckResult.UNKNOWN
+        result = ack_result(self.status, task in self.acked)
+        if result is AckResult.SUCCESS:
+            self.acked.add(task)
+        return result
+
+    def complete(self) -> None:
+        if not self.is_fully_acknowledged:
+            missing = sorted(self.tasks - self.acked)
+            raise IllegalTransitionError(
+                f"checkpoint {self.checkpoint_id} is missing acks from {', '.join(missing)}"
+            )
+        self.status = transition(self.status, CheckpointEvent.COMPLETE)
+
+    def fail(self, reason: FailureReason) -> None:
+        self.status = transition(self.status, CheckpointEvent.FAIL)
+        self.failure_reason = reason

@@ -1,0 +1,48 @@
+"""Settings from the environment, with embedded defaults under ``.absreplay/``.
+
+ABS_DATABASE_URL  catalog (default: SQLite file .absreplay/catalog.db)
+ABS_DATA_DIR      sources: <dir>/<job>/input/<partition>/<segment files>
+ABS_STATE_URI     state root (local path or Hadoop-compatible URI)
+ABS_SPARK_MASTER  Spark master (default local[*])
+ABS_HOME          where the defaults live (default ./.absreplay)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.catalog.db import parse_url
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    database_url: str
+    data_dir: Path
+    state_uri: str
+    spark_master: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        home = Path(env.get("ABS_HOME") or ".absreplay").expanduser().resolve()
+        url = env.get("ABS_DATABASE_URL") or f"sqlite:///{home / 'catalog.db'}"
+        parse_url(url)  # fail early, with a one-line message, on a malformed URL
+        return cls(
+            home=home,
+            database_url=url,
+            data_dir=Path(env.get("ABS_DATA_DIR") or home / "data").expanduser().resolve(),
+            state_uri=env.get("ABS_STATE_URI") or str(home / "state"),
+            spark_master=env.get("ABS_SPARK_MASTER") or "local[*]",
+        )
+
+    def as_env(self) -> dict[str, str]:
+        return {
+            "ABS_HOME": str(self.home),
+            "ABS_DATABASE_URL": self.database_url,
+            "ABS_DATA_DIR": str(self.data_dir),
+            "ABS_STATE_URI": self.state_uri,
+            "ABS_SPARK_MASTER": self.spark_master,
+        }

@@ -1,0 +1,74 @@
+"""Where snapshots live under the state root, and garbage collection of unreferenced ones.
+
+Layout: ``<state root>/<job>/chk-<n>/<operator>/subtask=<i>/part-*.parquet``.
+The state root is a local path or any URI pyarrow's filesystems understand
+(``s3a://`` is read as ``s3://``). Spark writes the files; the coordinator
+only lists and deletes whole checkpoint directories.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
+
+
+def normalize_root(state_uri: str) -> str:
+    """A local path becomes absolute; URIs are kept as they are."""
+    if "://" in state_uri:
+        return state_uri.rstrip("/")
+    return str(Path(state_uri).expanduser().resolve())
+
+
+def spark_uri(state_uri: str) -> str:
+    root = normalize_root(state_uri)
+    return root if "://" in root else "file://" + root
+
+
+def checkpoint_dir(state_uri: str, job: str, checkpoint_id: int) -> str:
+    return f"{spark_uri(state_uri)}/{job}/chk-{checkpoint_id}"
+
+
+def operator_dir(state_uri: str, job: str, checkpoint_id: int, operator: str) -> str:
+    return f"{checkpoint_dir(state_uri, job, checkpoint_id)}/{operator}"
+
+
+def subtask_uri(state_uri: str, job: str, checkpoint_id: int, operator: str, subtask: int) -> str:
+    return f"{operator_dir(state_uri, job, checkpoint_id, operator)}/subtask={subtask}"
+
+
+def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if uri.startswith("s3a://"):
+        uri = "s3://" + uri[len("s3a://") :]
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
+    """Checkpoint id -> directory URI of every checkpoint directory present for the job."""
+    job_root = f"{spark_uri(state_uri)}/{job}"
+    fs, path = _filesystem(job_root)
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.Directory:
+        return {}
+    found = {}
+    for entry in fs.get_file_info(pafs.FileSelector(path)):
+        m = CHECKPOINT_DIR.match(entry.base_name)
+        if m and entry.type == pafs.FileType.Directory:
+            found[int(m.group(1))] = f"{job_root}/{entry.base_name}"
+    return found
+
+
+def delete_dir(uri: str) -> None:
+    fs, path = _filesystem(uri)
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)
+
+
+def exists(uri: str) -> bool:
+    fs, path = _filesystem(uri)
+    return fs.get_file_info(path).type != pafs.FileType.NotFound

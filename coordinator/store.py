@@ -1,0 +1,381 @@
+"""The checkpoint store: the lifecycle rules of ``coordinator.lifecycle`` applied to catalog rows.
+
+Each public method is one explicit transaction. Concurrency is left to the
+database: the job row is locked (``SELECT ... FOR UPDATE`` on PostgreSQL,
+``BEGIN IMMEDIATE`` on SQLite) before a checkpoint id is allocated or an ack
+is counted, and (job, checkpoint_id) is a primary key, so ids strictly
+increase per job even under concurrent triggers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, delete, func, select, text
+from sqlalchemy.orm import Session
+
+from coordinator.catalog.db import session_factory
+from coordinator.catalog.models import (
+    Checkpoint,
+    Job,
+    SinkTransaction,
+    SourceCut,
+    SourceSegment,
+    TaskAck,
+    utcnow,
+)
+from coordinator.errors import CheckpointNotFoundError
+from coordinator.jobs import JobDefinition
+from coordinator.lifecycle import (
+    AckResult,
+    CheckpointEvent,
+    CheckpointStatus,
+    FailureReason,
+    SinkTxnStatus,
+    ack_result,
+    transition,
+)
+from coordinator.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
+
+
+@dataclass(frozen=True)
+class StateHandle:
+    """What a task acks with: where its snapshot lives and what it holds."""
+
+    operator: str
+    subtask: int
+    state_uri: str | None = None
+    base_checkpoint_id: int | None = None
+    state_bytes: int = 0
+    state_rows: int = 0
+    checksum: str | None = None
+    alignment_ms: int = 0
+    sync_ms: int = 0
+    async_ms: int = 0
+
+    @property
+    def task(self) -> str:
+        return f"{self.operator}#{self.subtask}"
+
+
+@dataclass(frozen=True)
+class TriggerOutcome:
+    decision: TriggerDecision
+    checkpoint_id: int | None
+    cut: dict[str, int]
+    new_segments: int
+    new_records: int
+
+
+# Called inside the trigger transaction with the job row locked: registers new
+# segments and returns the cut (partition -> end offset) and the counts.
+CutBuilder = Callable[[Session, int], tuple[dict[str, int], int, int]]
+
+
+def policy_of(job: Job) -> CheckpointPolicy:
+    return CheckpointPolicy(
+        max_concurrent_pending=job.max_concurrent_pending,
+        min_pause_ms=job.min_pause_ms,
+        timeout_ms=job.timeout_ms,
+        tolerable_failures=job.tolerable_failures,
+        retained=job.retained,
+        full_snapshot_every=job.full_snapshot_every,
+    )
+
+
+class CheckpointStore:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.sessions = session_factory(engine)
+
+    # -- jobs -------------------------------------------------------------
+    def register_job(self, definition: JobDefinition) -> None:
+        """Create the job's row on first use; an existing row (and its tuned policy) is kept."""
+        graph = definition.execution_graph
+        with self.sessions.begin() as s:
+            if s.get(Job, definition.name) is not None:
+                return
+            p = definition.policy
+            s.add(
+                Job(
+                    name=definition.name,
+                    execution_graph=json.dumps(graph.to_json(), sort_keys=True),
+                    total_tasks=len(graph.tasks),
+                    last_checkpoint_id=0,
+                    max_concurrent_pending=p.max_concurrent_pending,
+                    min_pause_ms=p.min_pause_ms,
+                    timeout_ms=p.timeout_ms,
+                    tolerable_failures=p.tolerable_failures,
+                    retained=p.retained,
+                    full_snapshot_every=p.full_snapshot_every,
+                    created_at=utcnow(),
+                )
+            )
+
+    def job(self, name: str) -> Job | None:
+        with self.sessions() as s:
+            return s.get(Job, name)
+
+    def policy(self, name: str) -> CheckpointPolicy:
+        job = self.job(name)
+        assert job is not None, name
+        return policy_of(job)
+
+    def _lock_job(self, s: Session, name: str) -> Job:
+        job = s.execute(select(Job).where(Job.name == name).with_for_update()).scalar_one()
+        return job
+
+    # -- trigger ----------------------------------------------------------
+    def trigger(self, job_name: str, build_cut: CutBuilder, now: datetime | None = None) -> TriggerOutcome:
+        """Inject barrier n: allocate the next id, record the cut, checkpoint PENDING."""
+        now = now or utcnow()
+        with self.sessions.begin() as s:
+            job = self._lock_job(s, job_name)
+            pending = s.scalar(
+                select(func.count()).select_from(Checkpoint).where(
+                    Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.PENDING
+                )
+            )
+            last = s.scalar(select(func.max(Checkpoint.triggered_at)).where(Checkpoint.job == job_name))
+            decision = decide_trigger(policy_of(job), pending or 0, last, now)
+            if decision is not TriggerDecision.EXECUTE:
+                return TriggerOutcome(decision, None, {}, 0, 0)
+            checkpoint_id = job.last_checkpoint_id + 1
+            job.last_checkpoint_id = checkpoint_id
+            s.add(
+                Checkpoint(
+                    job=job_name,
+                    checkpoint_id=checkpoint_id,
+                    status=CheckpointStatus.PENDING,
+                    total_tasks=job.total_tasks,
+                    triggered_at=now,
+                )
+            )
+            s.flush()
+            cut, segments, records = build_cut(s, checkpoint_id)
+            s.add_all(
+                SourceCut(job=job_name, checkpoint_id=checkpoint_id, partition=p, offset=o)
+                for p, o in sorted(cut.items())
+            )
+            return TriggerOutcome(decision, checkpoint_id, cut, segments, records)
+
+    # -- acks -------------------------------------------------------------
+    def ack(self, job_name: str, checkpoint_id: int, handle: StateHandle) -> AckResult:
+        """Record one task's ack; the last one completes the checkpoint in the same transaction."""
+        with self.sessions.begin() as s:
+            self._lock_job(s, job_name)
+            ck = s.get(Checkpoint, (job_name, checkpoint_id))
+            if ck is None:
+                return AckResult.UNKNOWN
+            tasks = self._task_names(s, job_name)
+            if handle.task not in tasks:
+                return AckResult.UNKNOWN
+            existing = s.get(TaskAck, (job_name, checkpoint_id, handle.operator, handle.subtask))
+            result = ack_result(CheckpointStatus(ck.status), existing is not None)
+            if result is not AckResult.SUCCESS:
+                return result
+            s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **_handle_columns(handle)))
+            s.flush()
+            acked = s.scalar(
+                select(func.count()).select_from(TaskAck).where(
+                    TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id
+                )
+            )
+            if acked == ck.total_tasks:
+                ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.COMPLETE)
+                ck.completed_at = utcnow()
+            return result
+
+    def _task_names(self, s: Session, job_name: str) -> set[str]:
+        graph = json.loads(s.get(Job, job_name).execution_graph)
+        return {f"{o['name']}#{i}" for o in graph["operators"] for i in range(o["parallelism"])}
+
+    # -- failures ---------------------------------------------------------
+    def fail(self, job_name: str, checkpoint_id: int, reason: FailureReason, detail: str = "") -> bool:
+        """Decline a PENDING checkpoint; returns False if it was no longer pending. Aborts its sink txns."""
+        with self.sessions.begin() as s:
+            self._lock_job(s, job_name)
+            return self._fail(s, job_name, checkpoint_id, reason, detail)
+
+    def _fail(self, s: Session, job_name: str, checkpoint_id: int, reason: FailureReason, detail: str) -> bool:
+        ck = s.get(Checkpoint, (job_name, checkpoint_id))
+        if ck is None or ck.status != CheckpointStatus.PENDING:
+            return False
+        ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.FAIL)
+        ck.failure_reason = reason
+        ck.failure_detail = detail[:2000] or None
+        ck.failed_at = utcnow()
+        return True
+
+    def expire_timed_out(self, job_name: str, now: datetime | None = None) -> list[int]:
+        now = now or utcnow()
+        with self.sessions.begin() as s:
+            job = self._lock_job(s, job_name)
+            policy = policy_of(job)
+            expired = [
+                ck.checkpoint_id
+                for ck in s.scalars(
+                    select(Checkpoint).where(
+                        Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.PENDING
+                    )
+                )
+                if is_timed_out(policy, ck.triggered_at, now)
+            ]
+            for cid in expired:
+                self._fail(s, job_name, cid, FailureReason.TIMEOUT, f"pending longer than {policy.timeout_ms} ms")
+            return expired
+
+    def consecutive_failures(self, job_name: str) -> int:
+        """Failed checkpoints (that count toward tolerance) since the last completed one."""
+        with self.sessions() as s:
+            rows = s.execute(
+                select(Checkpoint.status, Checkpoint.failure_reason)
+                .where(Checkpoint.job == job_name, Checkpoint.status != CheckpointStatus.PENDING)
+                .order_by(Checkpoint.checkpoint_id.desc())
+            ).all()
+        n = 0
+        for status, reason in rows:
+            if status != CheckpointStatus.FAILED:
+                break
+            if reason is None or FailureReason(reason).counts_toward_tolerance:
+                n += 1
+        return n
+
+    # -- retention ----------------------------------------------------------
+    def subsume_beyond_retention(self, job_name: str) -> list[int]:
+        """Mark completed checkpoints older than the newest ``retained`` ones SUBSUMED.
+
+        A checkpoint whose sink transaction is not committed yet is kept: its
+        output must reach the sink first.
+        """
+        with self.sessions.begin() as s:
+            job = self._lock_job(s, job_name)
+            completed = list(
+                s.scalars(
+                    select(Checkpoint)
+                    .where(Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.COMPLETED)
+                    .order_by(Checkpoint.checkpoint_id.desc())
+                )
+            )
+            staged = set(
+                s.scalars(
+                    select(SinkTransaction.checkpoint_id).where(
+                        SinkTransaction.job == job_name, SinkTransaction.status == SinkTxnStatus.STAGED
+                    )
+                )
+            )
+            subsumed = []
+            for ck in completed[job.retained :]:
+                if ck.checkpoint_id in staged:
+                    continue
+                ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.SUBSUME)
+                ck.subsumed_at = utcnow()
+                subsumed.append(ck.checkpoint_id)
+            return subsumed
+
+    # -- queries --------------------------------------------------------------
+    def checkpoint(self, job_name: str, checkpoint_id: int) -> Checkpoint:
+        with self.sessions() as s:
+            ck = s.get(Checkpoint, (job_name, checkpoint_id))
+        if ck is None:
+            raise CheckpointNotFoundError(job_name, checkpoint_id)
+        return ck
+
+    def latest_completed(self, job_name: str) -> Checkpoint | None:
+        with self.sessions() as s:
+            return s.scalars(
+                select(Checkpoint)
+                .where(Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.COMPLETED)
+                .order_by(Checkpoint.checkpoint_id.desc())
+                .limit(1)
+            ).first()
+
+    def pending_after(self, job_name: str, checkpoint_id: int) -> list[Checkpoint]:
+        with self.sessions() as s:
+            return list(
+                s.scalars(
+                    select(Checkpoint)
+                    .where(
+                        Checkpoint.job == job_name,
+                        Checkpoint.checkpoint_id > checkpoint_id,
+                        Checkpoint.status == CheckpointStatus.PENDING,
+                    )
+                    .order_by(Checkpoint.checkpoint_id)
+                )
+            )
+
+    def checkpoints(self, job_name: str) -> list[Checkpoint]:
+        with self.sessions() as s:
+            return list(
+                s.scalars(select(Checkpoint).where(Checkpoint.job == job_name).order_by(Checkpoint.checkpoint_id))
+            )
+
+    def cut(self, job_name: str, checkpoint_id: int) -> dict[str, int]:
+        with self.sessions() as s:
+            rows = s.execute(
+                select(SourceCut.partition, SourceCut.offset).where(
+                    SourceCut.job == job_name, SourceCut.checkpoint_id == checkpoint_id
+                )
+            ).all()
+        return {p: o for p, o in rows}
+
+    def segments_between(self, job_name: str, start: dict[str, int], end: dict[str, int]) -> list[SourceSegment]:
+        """Segments whose records lie in [start, end) per partition (cuts fall on segment bounds)."""
+        with self.sessions() as s:
+            segs = list(s.scalars(select(SourceSegment).where(SourceSegment.job == job_name)))
+        return sorted(
+            (
+                seg
+                for seg in segs
+                if start.get(seg.partition, 0) <= seg.first_offset < end.get(seg.partition, 0)
+            ),
+            key=lambda seg: (seg.partition, seg.first_offset),
+        )
+
+    def acks(self, job_name: str, checkpoint_id: int) -> list[TaskAck]:
+        with self.sessions() as s:
+            return list(
+                s.scalars(
+                    select(TaskAck)
+                    .where(TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id)
+                    .order_by(TaskAck.operator, TaskAck.subtask)
+                )
+            )
+
+    def all_acks(self, job_name: str) -> list[TaskAck]:
+        with self.sessions() as s:
+            return list(s.scalars(select(TaskAck).where(TaskAck.job == job_name)))
+
+    def history(self, job_name: str) -> list[dict]:
+        with self.engine.connect() as c:
+            rows = c.execute(
+                text("SELECT * FROM snapshot_history WHERE job = :job ORDER BY checkpoint_id"),
+                {"job": job_name},
+            ).mappings()
+            return [dict(r) for r in rows]
+
+    def forget_acks(self, job_name: str, checkpoint_id: int) -> None:
+        """Drop the acks of a PENDING checkpoint (a dead attempt's), before it is processed again."""
+        with self.sessions.begin() as s:
+            self._lock_job(s, job_name)
+            ck = s.get(Checkpoint, (job_name, checkpoint_id))
+            if ck is not None and ck.status == CheckpointStatus.PENDING:
+                s.execute(delete(TaskAck).where(TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id))
+
+
+def _handle_columns(h: StateHandle) -> dict:
+    return {
+        "operator": h.operator,
+        "subtask": h.subtask,
+        "state_uri": h.state_uri,
+        "base_checkpoint_id": h.base_checkpoint_id,
+        "state_bytes": h.state_bytes,
+        "state_rows": h.state_rows,
+        "checksum": h.checksum,
+        "alignment_ms": h.alignment_ms,
+        "sync_ms": h.sync_ms,
+        "async_ms": h.async_ms,
+    }

@@ -1,0 +1,1 @@
+"""Alembic migrations of the catalog (one history for SQLite and PostgreSQL)."""

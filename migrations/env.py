@@ -1,0 +1,47 @@
+"""Alembic environment: the URL comes from the config (set by coordinator.catalog.db) or ABS_DATABASE_URL."""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import pool
+
+from coordinator.catalog.db import make_engine
+from coordinator.catalog.models import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+# the audit view is created by the migration, not the models
+def include_object(obj, name, type_, reflected, compare_to):
+    return not (type_ == "table" and name == "snapshot_history")
+
+
+def url() -> str:
+    return config.get_main_option("sqlalchemy.url") or os.environ["ABS_DATABASE_URL"]
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=url(), target_metadata=target_metadata, literal_binds=True,
+                      include_object=include_object, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = make_engine(url())
+    engine.pool = pool.NullPool(engine.pool._creator)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=target_metadata,
+                          include_object=include_object, render_as_batch=True,
+                          compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

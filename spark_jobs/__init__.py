@@ -1,0 +1,1 @@
+"""The processing application: epochs in order, aligned state, two-phase snapshots (PySpark)."""

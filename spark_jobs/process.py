@@ -1,0 +1,83 @@
+"""The processing application (run with spark-submit, or `absreplay process`).
+
+    spark-submit spark_jobs/process.py JOB [--snapshot-mode async|sync|none]
+                                           [--restore-from N] [--metrics-out FILE]
+
+Settings come from the environment (ABS_DATABASE_URL, ABS_DATA_DIR,
+ABS_STATE_URI). Exit codes: 0 ok, 2 bad input, 1 failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from coordinator.catalog.db import ensure_migrated, make_engine
+from coordinator.errors import AbsError
+from coordinator.jobs import get_job
+from coordinator.settings import Settings
+from coordinator.store import CheckpointStore
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="process", description=__doc__)
+    parser.add_argument("job")
+    parser.add_argument("--snapshot-mode", choices=["async", "sync", "none"], default="async")
+    parser.add_argument("--restore-from", type=int, default=None)
+    parser.add_argument("--max-epochs", type=int, default=None)
+    parser.add_argument("--metrics-out", default=None)
+    return parser.parse_args(argv)
+
+
+def run(argv: list[str]) -> int:
+    args = parse_args(argv)
+    settings = Settings.from_env()
+    job = get_job(args.job)
+    engine = make_engine(settings.database_url)
+    ensure_migrated(engine)
+    store = CheckpointStore(engine)
+    store.register_job(job)
+    # nothing to do: do not pay for a SparkSession
+    latest = store.latest_completed(job.name)
+    base = args.restore_from if args.restore_from is not None else (latest.checkpoint_id if latest else 0)
+    if not store.pending_after(job.name, base):
+        print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
+        return 0
+
+    from spark_jobs.runner import EpochRunner
+    from spark_jobs.session import build_session
+    from spark_jobs.snapshot import SnapshotMode
+
+    spark = build_session(f"absreplay-{job.name}", job.parallelism)
+    try:
+        report = EpochRunner(
+            spark, store, job, settings.data_dir, settings.state_uri,
+            mode=SnapshotMode(args.snapshot_mode), restore_from=args.restore_from, max_epochs=args.max_epochs,
+        ).run()
+    finally:
+        spark.stop()
+    if args.metrics_out:
+        with open(args.metrics_out, "w") as fh:
+            json.dump(asdict(report), fh, indent=2)
+    print(
+        f"{job.name}: processed {len(report.epochs)} epoch(s), "
+        f"{sum(e.records for e in report.epochs):,} records in {report.total_s:.2f}s; "
+        f"{len(report.failed)} snapshot failure(s)",
+        flush=True,
+    )
+    return 0
+
+
+def main() -> None:
+    try:
+        code = run(sys.argv[1:])
+    except AbsError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        code = exc.exit_code
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
