@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from coordinator import sinks, source, state_files
 from coordinator.catalog.models import DeadLetter, SourceSegment, TaskAck
 from coordinator.errors import TolerableFailuresExceededError
+from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore, TriggerOutcome
@@ -78,6 +79,7 @@ class CheckpointCoordinator:
                 new_segments += 1
                 new_records += seg.records
             ends[partition] = offset
+        fault_point("inject.after_cut", checkpoint_id)
         return ends, new_segments, new_records
 
     # -- after processing ---------------------------------------------------------
@@ -85,6 +87,7 @@ class CheckpointCoordinator:
         self.store.register_job(self.job)
         report = FinalizeReport()
         report.expired = self.store.expire_timed_out(self.job.name, now)
+        fault_point("finalize.before_commit")
         with self.store.sessions.begin() as s:
             report.committed, report.aborted = sinks.settle(s, self.job.name, self.job.sink_table)
         report.subsumed = self.store.subsume_beyond_retention(self.job.name)
@@ -131,6 +134,7 @@ class CheckpointCoordinator:
             # a directory newer than any catalog row belongs to a writer we cannot see: keep it
             if cid in keep or cid > max(known, default=0):
                 continue
+            fault_point("gc.before_delete", cid)
             state_files.delete_dir(uri)
             deleted.append(uri)
         return deleted

@@ -1,38 +1,36 @@
 """Two-phase SQL sinks: stage a checkpoint's output, commit it when the checkpoint
 completes, abort it when it fails.
 
-A sink table ``<t>`` has a staging table ``<t>_staged`` keyed by
-(checkpoint_id, key). Commit moves one checkpoint's staged rows into ``<t>``
-with an upsert, in one transaction with the status change, so the table only
-ever shows output as of a committed checkpoint. Transactions commit in
-checkpoint order; committing is idempotent.
+Pre-commit: the processing run writes a checkpoint's output once, as Parquet
+under the checkpoint's directory (the same files serve as the incremental
+state snapshot), and records a STAGED transaction: the files' URI and the base
+checkpoint (the output is the rows with ``updated`` > base). Commit upserts
+those rows into the sink table in one database transaction together with the
+status change, so the table only ever shows output as of a committed
+checkpoint; transactions commit in checkpoint order. Abort only changes the
+status: the files go with the checkpoint's directory.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, delete, insert, select, text, update
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from coordinator.catalog.models import (
-    Base,
-    Checkpoint,
-    SinkTransaction,
-    WordcountCount,
-    WordcountCountStaged,
-    utcnow,
-)
+from coordinator import state_files
+from coordinator.catalog.models import Checkpoint, SinkTransaction, utcnow
 from coordinator.lifecycle import CheckpointStatus, SinkTxnStatus
 
 
 @dataclass(frozen=True)
 class SinkTable:
-    table: type[Base]
-    staged: type[Base]
+    table: str
     key: str
     values: tuple[str, ...]
 
@@ -42,85 +40,69 @@ class SinkTable:
 
 
 SINK_TABLES: dict[str, SinkTable] = {
-    "wordcount_counts": SinkTable(WordcountCount, WordcountCountStaged, "word", ("count",)),
+    "wordcount_counts": SinkTable("wordcount_counts", "word", ("count",)),
 }
 
 
-def _copy_rows(conn: Connection, table: str, columns: Sequence[str], rows: Sequence[Sequence]) -> None:
-    """PostgreSQL COPY: the fastest way to land tens of thousands of rows."""
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(rows)
-    buf.seek(0)
-    raw = conn.connection.dbapi_connection
-    with raw.cursor() as cur:
-        cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", buf)
+def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Table:
+    """The rows of a staged output: the files under ``uri`` with updated > base."""
+    if not state_files.exists(uri):
+        return pa.table({c: [] for c in columns})
+    fs, path = state_files.filesystem(uri)
+    dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
+    flt = None if base is None else pc.field("updated") > base
+    return dataset.to_table(columns=list(columns), filter=flt)
 
 
-def _insert_staged(s: Session, sink: SinkTable, checkpoint_id: int, rows: Sequence[Sequence]) -> None:
-    s.execute(delete(sink.staged).where(sink.staged.checkpoint_id == checkpoint_id))
-    if not rows:
+def upsert(s: Session, sink: SinkTable, checkpoint_id: int, rows: pa.Table) -> None:
+    """Insert or replace rows (key, values...) of the sink table, stamped with the checkpoint."""
+    if rows.num_rows == 0:
         return
-    cols = ("checkpoint_id", *sink.columns)
+    cols = (*sink.columns, "checkpoint_id")
+    data = [rows.column(c).to_pylist() for c in sink.columns]
     conn = s.connection()
-    if conn.dialect.name == "postgresql":
-        _copy_rows(conn, sink.staged.__tablename__, cols, [(checkpoint_id, *r) for r in rows])
-    else:
-        s.execute(insert(sink.staged), [dict(zip(cols, (checkpoint_id, *r))) for r in rows])
-
-
-def _upsert_from_staged(s: Session, sink: SinkTable, checkpoint_id: int) -> None:
-    t, st = sink.table.__tablename__, sink.staged.__tablename__
-    cols = ", ".join(sink.columns)
+    raw = conn.connection.dbapi_connection
     updates = ", ".join(f"{c} = excluded.{c}" for c in (*sink.values, "checkpoint_id"))
-    # the same statement on PostgreSQL and SQLite (the WHERE keeps SQLite's parser unambiguous)
-    s.execute(
-        text(
-            f"INSERT INTO {t} ({cols}, checkpoint_id) "
-            f"SELECT {cols}, checkpoint_id FROM {st} WHERE checkpoint_id = :n "
-            f"ON CONFLICT ({sink.key}) DO UPDATE SET {updates}"
-        ),
-        {"n": checkpoint_id},
-    )
-    s.execute(delete(sink.staged).where(sink.staged.checkpoint_id == checkpoint_id))
+    conflict = f"ON CONFLICT ({sink.key}) DO UPDATE SET {updates}"
+    if conn.dialect.name == "postgresql":
+        # COPY into a temporary table, then one set-based upsert: far faster than row inserts
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(zip(*data, [checkpoint_id] * rows.num_rows))
+        buf.seek(0)
+        with raw.cursor() as cur:
+            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _abs_upsert (LIKE {sink.table}) ON COMMIT DROP")
+            cur.copy_expert(f"COPY _abs_upsert ({', '.join(cols)}) FROM STDIN WITH (FORMAT csv)", buf)
+            cur.execute(
+                f"INSERT INTO {sink.table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _abs_upsert {conflict}"
+            )
+            cur.execute("DROP TABLE _abs_upsert")
+    else:
+        marks = ", ".join("?" for _ in cols)
+        cur = raw.cursor()
+        cur.executemany(
+            f"INSERT INTO {sink.table} ({', '.join(cols)}) VALUES ({marks}) {conflict}",
+            zip(*data, [checkpoint_id] * rows.num_rows),
+        )
+        cur.close()
 
 
-def stage(
-    s: Session, job: str, sink_name: str, table: str, checkpoint_id: int, rows: Sequence[Sequence]
-) -> None:
-    """Pre-commit: the checkpoint's output rows, replacing any earlier attempt's."""
-    sink = SINK_TABLES[table]
-    _insert_staged(s, sink, checkpoint_id, rows)
+def stage(s: Session, job: str, sink_name: str, checkpoint_id: int, uri: str, base: int | None, rows: int) -> None:
+    """Pre-commit: record the checkpoint's staged output (replacing a dead attempt's record)."""
     txn = s.get(SinkTransaction, (job, checkpoint_id, sink_name))
     if txn is None:
-        s.add(
-            SinkTransaction(
-                job=job,
-                checkpoint_id=checkpoint_id,
-                sink=sink_name,
-                status=SinkTxnStatus.STAGED,
-                rows=len(rows),
-                staged_at=utcnow(),
-            )
-        )
-    else:
-        txn.status, txn.rows, txn.staged_at, txn.finished_at = SinkTxnStatus.STAGED, len(rows), utcnow(), None
+        txn = SinkTransaction(job=job, checkpoint_id=checkpoint_id, sink=sink_name)
+        s.add(txn)
+    txn.status, txn.staged_uri, txn.base_checkpoint_id = SinkTxnStatus.STAGED, uri, base
+    txn.rows, txn.staged_at, txn.finished_at = rows, utcnow(), None
 
 
-def write_direct(s: Session, table: str, checkpoint_id: int, rows: Sequence[Sequence]) -> None:
-    """No-snapshot mode: output goes straight to the table (at-least-once, no transaction row)."""
+def commit(s: Session, table: str, txn: SinkTransaction) -> None:
     sink = SINK_TABLES[table]
-    _insert_staged(s, sink, checkpoint_id, rows)
-    _upsert_from_staged(s, sink, checkpoint_id)
-
-
-def commit(s: Session, job: str, table: str, txn: SinkTransaction) -> None:
-    _upsert_from_staged(s, SINK_TABLES[table], txn.checkpoint_id)
+    upsert(s, sink, txn.checkpoint_id, read_staged(txn.staged_uri, sink.columns, txn.base_checkpoint_id))
     txn.status, txn.finished_at = SinkTxnStatus.COMMITTED, utcnow()
 
 
-def abort(s: Session, table: str, txn: SinkTransaction) -> None:
-    sink = SINK_TABLES[table]
-    s.execute(delete(sink.staged).where(sink.staged.checkpoint_id == txn.checkpoint_id))
+def abort(txn: SinkTransaction) -> None:
     txn.status, txn.finished_at = SinkTxnStatus.ABORTED, utcnow()
 
 
@@ -143,19 +125,11 @@ def settle(s: Session, job: str, table: str) -> tuple[list[int], list[int]]:
     blocked = False
     for txn, status in rows:
         if status == CheckpointStatus.FAILED:
-            abort(s, table, txn)
+            abort(txn)
             aborted.append(txn.checkpoint_id)
         elif status == CheckpointStatus.PENDING:
             blocked = True
         elif not blocked:
-            commit(s, job, table, txn)
+            commit(s, table, txn)
             committed.append(txn.checkpoint_id)
     return committed, aborted
-
-
-def mark_txn(s: Session, job: str, checkpoint_id: int, status: SinkTxnStatus) -> None:
-    s.execute(
-        update(SinkTransaction)
-        .where(SinkTransaction.job == job, SinkTransaction.checkpoint_id == checkpoint_id)
-        .values(status=status, finished_at=utcnow())
-    )

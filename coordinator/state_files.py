@@ -40,7 +40,7 @@ def subtask_uri(state_uri: str, job: str, checkpoint_id: int, operator: str, sub
     return f"{operator_dir(state_uri, job, checkpoint_id, operator)}/subtask={subtask}"
 
 
-def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if uri.startswith("s3a://"):
         uri = "s3://" + uri[len("s3a://") :]
     if "://" not in uri:
@@ -51,7 +51,7 @@ def _filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
 def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
     """Checkpoint id -> directory URI of every checkpoint directory present for the job."""
     job_root = f"{spark_uri(state_uri)}/{job}"
-    fs, path = _filesystem(job_root)
+    fs, path = filesystem(job_root)
     info = fs.get_file_info(path)
     if info.type != pafs.FileType.Directory:
         return {}
@@ -64,11 +64,11 @@ def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
 
 
 def delete_dir(uri: str) -> None:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
 
 
 def exists(uri: str) -> bool:
-    fs, path = _filesystem(uri)
+    fs, path = filesystem(uri)
     return fs.get_file_info(path).type != pafs.FileType.NotFound

@@ -131,9 +131,10 @@ class CheckpointStore:
     # -- trigger ----------------------------------------------------------
     def trigger(self, job_name: str, build_cut: CutBuilder, now: datetime | None = None) -> TriggerOutcome:
         """Inject barrier n: allocate the next id, record the cut, checkpoint PENDING."""
-        now = now or utcnow()
         with self.sessions.begin() as s:
             job = self._lock_job(s, job_name)
+            # read the clock only once the lock is held: a waiting trigger must not predate the winner
+            now = now or utcnow()
             pending = s.scalar(
                 select(func.count()).select_from(Checkpoint).where(
                     Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.PENDING
@@ -165,29 +166,34 @@ class CheckpointStore:
     # -- acks -------------------------------------------------------------
     def ack(self, job_name: str, checkpoint_id: int, handle: StateHandle) -> AckResult:
         """Record one task's ack; the last one completes the checkpoint in the same transaction."""
+        return self.ack_many(job_name, checkpoint_id, [handle])[0]
+
+    def ack_many(self, job_name: str, checkpoint_id: int, handles: list[StateHandle]) -> list[AckResult]:
+        """Several tasks' acks in one transaction (each with the result a lone ack would get)."""
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
-            ck = s.get(Checkpoint, (job_name, checkpoint_id))
-            if ck is None:
-                return AckResult.UNKNOWN
             tasks = self._task_names(s, job_name)
-            if handle.task not in tasks:
-                return AckResult.UNKNOWN
-            existing = s.get(TaskAck, (job_name, checkpoint_id, handle.operator, handle.subtask))
-            result = ack_result(CheckpointStatus(ck.status), existing is not None)
-            if result is not AckResult.SUCCESS:
-                return result
-            s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **_handle_columns(handle)))
-            s.flush()
-            acked = s.scalar(
-                select(func.count()).select_from(TaskAck).where(
-                    TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id
-                )
-            )
-            if acked == ck.total_tasks:
-                ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.COMPLETE)
-                ck.completed_at = utcnow()
+            return [self._ack(s, job_name, checkpoint_id, h, tasks) for h in handles]
+
+    def _ack(self, s: Session, job_name: str, checkpoint_id: int, handle: StateHandle, tasks: set[str]) -> AckResult:
+        ck = s.get(Checkpoint, (job_name, checkpoint_id))
+        if ck is None or handle.task not in tasks:
+            return AckResult.UNKNOWN
+        existing = s.get(TaskAck, (job_name, checkpoint_id, handle.operator, handle.subtask))
+        result = ack_result(CheckpointStatus(ck.status), existing is not None)
+        if result is not AckResult.SUCCESS:
             return result
+        s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **_handle_columns(handle)))
+        s.flush()
+        acked = s.scalar(
+            select(func.count()).select_from(TaskAck).where(
+                TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id
+            )
+        )
+        if acked == ck.total_tasks:
+            ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.COMPLETE)
+            ck.completed_at = utcnow()
+        return result
 
     def _task_names(self, s: Session, job_name: str) -> set[str]:
         graph = json.loads(s.get(Job, job_name).execution_graph)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from alembic import context
-from sqlalchemy import pool
 
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import Base
@@ -31,7 +30,6 @@ def run_migrations_offline() -> None:
 
 def run_migrations_online() -> None:
     engine = make_engine(url())
-    engine.pool = pool.NullPool(engine.pool._creator)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata,
                           include_object=include_object, render_as_batch=True,

@@ -35,12 +35,25 @@ RECORD_SCHEMA = StructType(
 )
 
 
+def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSegment]) -> DataFrame:
+    """Just the lines (column ``line``), for operators that need no sequence numbers.
+
+    The line reader splits large segments across tasks; it is used only for
+    epochs without dead letters, whose records are then exactly the lines.
+    """
+    if not segments:
+        return spark.createDataFrame([], RECORD_SCHEMA).select("line")
+    paths = [str(input_dir / s.partition / s.name) for s in segments]
+    return spark.read.option("lineSep", "\n").text(paths).select(F.col("value").alias("line"))
+
+
 def read_epoch(
     spark: SparkSession,
     input_dir: Path,
     segments: Sequence[SourceSegment],
     dead_offsets: Sequence[tuple[str, int]] = (),
 ) -> DataFrame:
+    """Records (partition, seq, line) of the epoch, dead letters dropped."""
     if not segments:
         return spark.createDataFrame([], RECORD_SCHEMA)
     paths = [str(input_dir / s.partition / s.name) for s in segments]

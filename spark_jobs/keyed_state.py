@@ -37,13 +37,29 @@ def with_subtask(df: DataFrame, key: str, parallelism: int) -> DataFrame:
 
 
 def checksum_expr(columns: Sequence[str]) -> F.Column:
-    return F.lower(F.lpad(F.hex(F.bit_xor(F.xxhash64(*[F.col(c) for c in columns]))), 16, "0"))
+    return F.bit_xor(F.xxhash64(*[F.col(c) for c in columns]))
 
 
-def subtask_stats(df: DataFrame, columns: Sequence[str]) -> dict[int, SubtaskStats]:
-    """Rows and checksum per subtask of a DataFrame that has a subtask column."""
-    rows = df.groupBy(SUBTASK).agg(F.count(F.lit(1)).alias("n"), checksum_expr(columns).alias("c")).collect()
-    return {int(r[SUBTASK]): SubtaskStats(int(r["n"]), r["c"]) for r in rows}
+def format_checksum(value: int | None) -> str | None:
+    return None if value is None else f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def subtask_metrics(columns: Sequence[str], parallelism: int) -> list[F.Column]:
+    """Aggregates for ``DataFrame.observe``: rows and checksum of every subtask, in one pass."""
+    row_hash = F.xxhash64(*[F.col(c) for c in columns])
+    metrics = []
+    for i in range(parallelism):
+        mine = F.col(SUBTASK) == i
+        metrics.append(F.sum(F.when(mine, 1).otherwise(0)).alias(f"rows_{i}"))
+        metrics.append(F.bit_xor(F.when(mine, row_hash)).alias(f"xor_{i}"))
+    return metrics
+
+
+def stats_from_metrics(metrics: dict, parallelism: int) -> dict[int, SubtaskStats]:
+    return {
+        i: SubtaskStats(int(metrics.get(f"rows_{i}") or 0), format_checksum(metrics.get(f"xor_{i}")) or "")
+        for i in range(parallelism)
+    }
 
 
 def write_snapshot(df: DataFrame, operator_uri: str) -> None:
@@ -104,7 +120,7 @@ def restore(
 
 def verify_links(data: DataFrame, schema: StructType, links: Sequence[ChainLink]) -> None:
     found = {
-        int(r["_link"]): (int(r["n"]), r["c"])
+        int(r["_link"]): (int(r["n"]), format_checksum(r["c"]))
         for r in data.groupBy("_link")
         .agg(F.count(F.lit(1)).alias("n"), checksum_expr(schema.fieldNames()).alias("c"))
         .collect()

@@ -20,13 +20,14 @@ from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
 from coordinator import source
+from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import CheckpointNotFoundError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore
 from spark_jobs import keyed_state
-from spark_jobs.epoch_source import read_epoch
+from spark_jobs.epoch_source import read_epoch, read_lines
 from spark_jobs.operators import OPERATORS
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 
@@ -184,7 +185,11 @@ class EpochRunner:
         try:
             for i, plan in enumerate(plans, 1):
                 t0 = time.perf_counter()
-                records = read_epoch(self.spark, input_dir, plan.segments, plan.dead_offsets)
+                if self.ops.needs_sequence_numbers or plan.dead_offsets:
+                    records = read_epoch(self.spark, input_dir, plan.segments, plan.dead_offsets)
+                else:
+                    records = read_lines(self.spark, input_dir, plan.segments)
+                fault_point("epoch.compute", plan.checkpoint_id)
                 state = self.ops.step(state, records, plan.checkpoint_id).localCheckpoint(eager=True)
                 elapsed = time.perf_counter() - t0
                 report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))

@@ -9,7 +9,8 @@ from pyspark.sql import SparkSession
 
 def build_session(app_name: str, parallelism: int, master: str | None = None) -> SparkSession:
     builder = SparkSession.builder.appName(app_name)
-    if master or not os.environ.get("SPARK_ENV_LOADED") and "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+    # under spark-submit the master comes from its --master (the JVM that started us)
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master(master or os.environ.get("ABS_SPARK_MASTER", "local[*]"))
     return configure(builder, parallelism).getOrCreate()
 
@@ -21,6 +22,8 @@ def configure(builder: SparkSession.Builder, parallelism: int) -> SparkSession.B
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.enabled", os.environ.get("ABS_SPARK_UI", "false"))
         .config("spark.ui.showConsoleProgress", "false")
+        # every block is local in a local or small cluster run: do not wait for locality
+        .config("spark.locality.wait", "0")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config("spark.sql.parquet.compression.codec", "snappy")
     )

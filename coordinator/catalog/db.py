@@ -29,6 +29,9 @@ def parse_url(url: str) -> URL:
         raise ConfigError(
             f"ABS_DATABASE_URL uses {parsed.get_backend_name()!r}; supported: sqlite, postgresql"
         )
+    if parsed.drivername == "postgresql":
+        # SQLAlchemy 2.1 would pick psycopg 3; the project ships psycopg2
+        parsed = parsed.set(drivername="postgresql+psycopg2")
     return parsed
 
 
@@ -58,6 +61,8 @@ def _serialize_sqlite_writers(engine: Engine) -> None:
         cur = dbapi_connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA busy_timeout=60000")
+        # WAL + NORMAL: a commit survives a crash of the process (not of the OS) without an fsync each
+        cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 

@@ -164,6 +164,9 @@ class SinkTransaction(Base):
     checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     sink: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[SinkTxnStatus] = enum_column(SinkTxnStatus)
+    #: the staged output: Parquet files whose rows with updated > base_checkpoint_id are this txn's
+    staged_uri: Mapped[str | None] = mapped_column(Text)
+    base_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
     rows: Mapped[int] = mapped_column(BigInteger)
     staged_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -194,13 +197,3 @@ class WordcountCount(Base):
     word: Mapped[str] = mapped_column(String(512), primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
     checkpoint_id: Mapped[int] = mapped_column(BigInteger)
-
-
-class WordcountCountStaged(Base):
-    """Pre-committed wordcount rows of a checkpoint, moved into wordcount_counts on commit."""
-
-    __tablename__ = "wordcount_counts_staged"
-
-    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    word: Mapped[str] = mapped_column(String(512), primary_key=True)
-    count: Mapped[int] = mapped_column(BigInteger)

@@ -1,5 +1,5 @@
 """The catalog: jobs, checkpoints, source segments and cuts, task acks, sink
-transactions, dead letters, the wordcount sink, and the snapshot_history view.
+transactions, dead letters, the wordcount sink table, and the snapshot_history view.
 
 Revision ID: 0001
 Revises:
@@ -106,6 +106,8 @@ def upgrade() -> None:
         sa.Column("checkpoint_id", sa.BigInteger(), nullable=False),
         sa.Column("sink", sa.String(64), nullable=False),
         sa.Column("status", sa.String(32), nullable=False),
+        sa.Column("staged_uri", sa.Text(), nullable=True),
+        sa.Column("base_checkpoint_id", sa.BigInteger(), nullable=True),
         sa.Column("rows", sa.BigInteger(), nullable=False),
         sa.Column("staged_at", UTCDateTime(), nullable=False),
         sa.Column("finished_at", UTCDateTime(), nullable=True),
@@ -132,13 +134,6 @@ def upgrade() -> None:
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.Column("checkpoint_id", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("word", name="pk_wordcount_counts"),
-    )
-    op.create_table(
-        "wordcount_counts_staged",
-        sa.Column("checkpoint_id", sa.BigInteger(), nullable=False),
-        sa.Column("word", sa.String(512), nullable=False),
-        sa.Column("count", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("checkpoint_id", "word", name="pk_wordcount_counts_staged"),
     )
     create_snapshot_history()
 
@@ -176,7 +171,6 @@ def create_snapshot_history() -> None:
 def downgrade() -> None:
     op.execute("DROP VIEW snapshot_history")
     for table in (
-        "wordcount_counts_staged",
         "wordcount_counts",
         "dead_letters",
         "sink_transactions",

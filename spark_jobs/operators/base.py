@@ -14,6 +14,8 @@ class SparkOperators(Protocol):
     key: str
     #: columns of the sink table, in order (key first)
     sink_columns: tuple[str, ...]
+    #: False: the operators read only ``line`` and the runner may use the faster line reader
+    needs_sequence_numbers: bool
 
     def step(self, state: DataFrame, records: DataFrame, checkpoint_id: int) -> DataFrame:
         """State after epoch ``checkpoint_id``: rows it changed carry updated = checkpoint_id."""

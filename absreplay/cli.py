@@ -1,0 +1,186 @@
+"""`absreplay`: the command line of ABS Replay (the public contract of DESIGN.md section 7).
+
+Exit codes: 0 ok, 2 usage or bad input (nothing written), 1 failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from absreplay import views
+from absreplay.context import job_context, open_store
+from coordinator.catalog.db import safe_url, upgrade
+from coordinator.errors import AbsError, UsageError
+from coordinator.jobs import REGISTRY
+from coordinator.policy import TriggerDecision
+from coordinator.settings import Settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+db_app = typer.Typer(no_args_is_help=True, help="The catalog database.")
+app.add_typer(db_app, name="db")
+out = Console()
+err = Console(stderr=True)
+
+SnapshotMode = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in ("async", "sync", "none"):
+        raise UsageError(f"--snapshot-mode must be async, sync or none, not {mode!r}")
+    return mode
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Create or migrate the catalog schema to the newest revision."""
+    settings = Settings.from_env()
+    head = upgrade(settings.database_url)
+    out.print(f"catalog {safe_url(settings.database_url)} is at revision {head}")
+
+
+@app.command()
+def jobs() -> None:
+    """List the jobs ABS Replay can run, with their catalog state."""
+    store = open_store(Settings.from_env())
+    out.print(views.jobs_table(store, REGISTRY))
+
+
+@app.command()
+def inject(job: str) -> None:
+    """Inject a barrier: record the cut of every source partition (never waits for processing)."""
+    ctx = job_context(job)
+    outcome = ctx.coordinator.inject()
+    if outcome.decision is not TriggerDecision.EXECUTE:
+        out.print(f"{job}: barrier skipped ({outcome.decision}); the next barrier covers these records")
+        return
+    out.print(
+        f"{job}: barrier {outcome.checkpoint_id} injected; {outcome.new_segments} new segment(s), "
+        f"{outcome.new_records:,} new record(s); cut {views.format_cut(outcome.cut)}"
+    )
+
+
+@app.command()
+def process(
+    job: str,
+    snapshot_mode: SnapshotMode = "async",
+    restore_from: Annotated[int | None, typer.Option(help="restore from this completed checkpoint")] = None,
+) -> None:
+    """Process every injected, unprocessed epoch in order, in one Spark application."""
+    from absreplay.submit import run_processing
+
+    ctx = job_context(job)
+    args = [job, "--snapshot-mode", _check_mode(snapshot_mode)]
+    if restore_from is not None:
+        args += ["--restore-from", str(restore_from)]
+    code = run_processing(ctx.settings, args)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def finalize(job: str) -> None:
+    """Complete checkpoints: commit sinks, expire timed-out checkpoints, apply retention, collect garbage."""
+    ctx = job_context(job)
+    report = ctx.coordinator.finalize()
+    out.print(views.finalize_line(job, report))
+
+
+@app.command()
+def run(
+    job: str,
+    cycles: Annotated[int, typer.Option("--cycles", min=1, help="how many inject/process/finalize cycles")] = 1,
+    snapshot_mode: SnapshotMode = "async",
+) -> None:
+    """Inject, process and finalize, N times."""
+    from absreplay.submit import run_processing
+
+    ctx = job_context(job)
+    _check_mode(snapshot_mode)
+    for i in range(1, cycles + 1):
+        out.rule(f"cycle {i}/{cycles}")
+        inject(job)
+        code = run_processing(ctx.settings, [job, "--snapshot-mode", snapshot_mode])
+        if code:
+            raise typer.Exit(code)
+        finalize(job)
+
+
+@app.command()
+def checkpoints(
+    job: str,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+    limit: Annotated[int, typer.Option(min=1, help="newest N checkpoints")] = 50,
+) -> None:
+    """The checkpoint history of a job (the snapshot_history view)."""
+    ctx = job_context(job)
+    rows = ctx.store.history(job)[-limit:]
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+        return
+    out.print(views.history_table(job, rows))
+
+
+def _not_available(what: str) -> None:
+    raise AbsError(f"{what} is not available in this version of ABS Replay yet (tracked as the recovery issue)")
+
+
+@app.command()
+def recover(
+    job: str,
+    checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
+    mode: Annotated[str, typer.Option(help="full or partial")] = "full",
+) -> None:
+    """Restore a job from a checkpoint and resume (not available yet)."""
+    job_context(job)
+    _not_available("recover")
+
+
+@app.command()
+def rewind(job: str, to: Annotated[int, typer.Option("--to", help="checkpoint id")]) -> None:
+    """Reprocess every epoch after a checkpoint (not available yet)."""
+    job_context(job)
+    _not_available("rewind")
+
+
+@app.command()
+def verify(job: str, checkpoint: Annotated[int | None, typer.Option()] = None) -> None:
+    """Recompute a checkpoint's state from the sources and compare (not available yet)."""
+    job_context(job)
+    _not_available("verify")
+
+
+@app.command()
+def demo(
+    batches: Annotated[int, typer.Option(min=2, help="how many batches of segments land")] = 6,
+    lines_per_batch: Annotated[int, typer.Option(min=1)] = 20000,
+) -> None:
+    """Run the whole story on embedded defaults and check the result against an independent recount."""
+    from absreplay.demo import run_demo
+
+    if not run_demo(out, batches, lines_per_batch):
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except AbsError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as exc:  # click usage errors
+        from click.exceptions import ClickException
+
+        if isinstance(exc, ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        raise

@@ -1,0 +1,33 @@
+"""What every command needs: settings, a migrated catalog, the job and its coordinator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.catalog.db import ensure_migrated, make_engine
+from coordinator.coordinator import CheckpointCoordinator
+from coordinator.jobs import JobDefinition, get_job
+from coordinator.settings import Settings
+from coordinator.store import CheckpointStore
+
+
+@dataclass
+class JobContext:
+    settings: Settings
+    store: CheckpointStore
+    job: JobDefinition
+    coordinator: CheckpointCoordinator
+
+
+def open_store(settings: Settings) -> CheckpointStore:
+    engine = make_engine(settings.database_url)
+    ensure_migrated(engine)
+    return CheckpointStore(engine)
+
+
+def job_context(job_name: str, settings: Settings | None = None) -> JobContext:
+    settings = settings or Settings.from_env()
+    job = get_job(job_name)  # unknown job: exit 2 before touching the catalog
+    store = open_store(settings)
+    store.register_job(job)
+    return JobContext(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))

@@ -1,0 +1,58 @@
+"""Start the processing application the way Airflow does: spark-submit of spark_jobs/process.py.
+
+The command line never imports pyspark; the driver runs in this same Python
+(so the installed packages are on its path) and reads its settings from the
+environment.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import spark_jobs
+from coordinator.errors import AbsError, ConfigError
+from coordinator.settings import Settings
+
+PROCESS_APP = Path(spark_jobs.__file__).resolve().parent / "process.py"
+
+
+def spark_submit_binary() -> str:
+    here = Path(sys.executable).parent / "spark-submit"
+    found = str(here) if here.exists() else shutil.which("spark-submit")
+    if not found:
+        raise ConfigError("spark-submit not found: install the project (pip install -e .) or put Spark on PATH")
+    return found
+
+
+def python_confs() -> list[str]:
+    return [
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", f"spark.pyspark.driver.python={sys.executable}",
+    ]
+
+
+def submit_command(settings: Settings, app_args: list[str]) -> list[str]:
+    return [
+        spark_submit_binary(),
+        "--master", settings.spark_master,
+        "--name", f"absreplay-{app_args[0]}",
+        "--driver-memory", os.environ.get("ABS_DRIVER_MEMORY", "2g"),
+        "--conf", "spark.ui.enabled=false",
+        "--conf", f"spark.log.level={os.environ.get('ABS_SPARK_LOG_LEVEL', 'WARN')}",
+        *python_confs(),
+        str(PROCESS_APP),
+        *app_args,
+    ]
+
+
+def run_processing(settings: Settings, app_args: list[str]) -> int:
+    """Run the application in the foreground; returns its exit code."""
+    env = {**os.environ, **settings.as_env(), "PYSPARK_PYTHON": sys.executable}
+    try:
+        return subprocess.run(submit_command(settings, app_args), env=env).returncode
+    except OSError as exc:
+        raise AbsError(f"could not start spark-submit: {exc}") from None

@@ -1,0 +1,67 @@
+"""Rich tables and one-line summaries for the command line."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from coordinator.coordinator import FinalizeReport
+from coordinator.jobs import JobDefinition
+from coordinator.store import CheckpointStore
+
+
+def format_cut(cut: dict[str, int]) -> str:
+    return ", ".join(f"{p}@{o}" for p, o in sorted(cut.items())) or "(no partitions yet)"
+
+
+def format_bytes(n: int | None) -> str:
+    n = n or 0
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def jobs_table(store: CheckpointStore, registry: dict[str, JobDefinition]) -> Table:
+    table = Table(title="jobs")
+    for col in ("job", "description", "tasks", "registered", "last checkpoint", "latest completed"):
+        table.add_column(col)
+    for name, definition in sorted(registry.items()):
+        row = store.job(name)
+        latest = store.latest_completed(name) if row else None
+        table.add_row(
+            name,
+            definition.description,
+            str(len(definition.execution_graph.tasks)),
+            "yes" if row else "no",
+            str(row.last_checkpoint_id) if row else "-",
+            str(latest.checkpoint_id) if latest else "-",
+        )
+    return table
+
+
+def history_table(job: str, rows: list[dict]) -> Table:
+    table = Table(title=f"snapshot_history of {job}")
+    for col in ("checkpoint", "status", "triggered", "duration ms", "state", "acked", "failure"):
+        table.add_column(col, justify="right" if col in ("checkpoint", "duration ms", "state") else "left")
+    for r in rows:
+        table.add_row(
+            str(r["checkpoint_id"]),
+            r["status"],
+            str(r["triggered_at"])[:19],
+            "" if r["duration_ms"] is None else str(r["duration_ms"]),
+            format_bytes(r["state_bytes"]),
+            f"{r['acked_tasks']}/{r['total_tasks']}",
+            r["failure_reason"] or "",
+        )
+    return table
+
+
+def finalize_line(job: str, r: FinalizeReport) -> str:
+    def ids(xs: list[int]) -> str:
+        return ",".join(map(str, xs)) or "-"
+
+    return (
+        f"{job}: committed {ids(r.committed)}; aborted {ids(r.aborted)}; expired {ids(r.expired)}; "
+        f"subsumed {ids(r.subsumed)}; deleted {len(r.deleted_dirs)} state dir(s)"
+    )

@@ -1,0 +1,66 @@
+"""Named fault points, for tests and for rehearsing outages.
+
+Arm them with ``ABS_FAULTS``, a comma-separated list of ``point[@checkpoint]=action``:
+
+    ABS_FAULTS="epoch.compute@3=kill"          SIGKILL the whole process group in epoch 3
+    ABS_FAULTS="snapshot.before_ack=sleep:30"  pause 30 s after state is written, before acks
+    ABS_FAULTS="finalize.before_commit=raise"  raise InjectedFault
+
+Actions: ``kill`` (SIGKILL to the process group: the Spark JVM dies too, like
+a lost machine), ``sleep:<seconds>``, ``raise``. A fault point announces itself
+on stderr before acting, so a supervising test can see it was reached.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from coordinator.errors import AbsError
+
+POINTS = frozenset(
+    {
+        "inject.after_cut",
+        "epoch.compute",
+        "snapshot.before_ack",
+        "finalize.before_commit",
+        "gc.before_delete",
+    }
+)
+
+
+class InjectedFault(AbsError):
+    """Raised by a fault point armed with ``raise``."""
+
+
+def _armed(env: str) -> dict[tuple[str, int | None], str]:
+    armed = {}
+    for item in filter(None, (x.strip() for x in env.split(","))):
+        spec, _, action = item.partition("=")
+        name, _, ck = spec.partition("@")
+        if name not in POINTS:
+            raise ValueError(f"ABS_FAULTS names unknown fault point {name!r}; known: {', '.join(sorted(POINTS))}")
+        armed[(name, int(ck) if ck else None)] = action
+    return armed
+
+
+def fault_point(name: str, checkpoint_id: int | None = None) -> None:
+    env = os.environ.get("ABS_FAULTS")
+    if not env:
+        return
+    armed = _armed(env)
+    action = armed.get((name, checkpoint_id)) or armed.get((name, None))
+    if not action:
+        return
+    where = f"{name}@{checkpoint_id}" if checkpoint_id is not None else name
+    print(f"ABS fault point {where}: {action}", file=sys.stderr, flush=True)
+    if action == "kill":
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    elif action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
+    elif action == "raise":
+        raise InjectedFault(f"fault injected at {where}")
+    else:
+        raise ValueError(f"unknown fault action {action!r} at {where}")

@@ -1,0 +1,67 @@
+"""A workspace for one test: settings in temporary directories, the store and coordinator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import text
+
+from absreplay.recount import recount
+from absreplay.sample_data import land_batch
+from coordinator import source
+from coordinator.catalog.db import make_engine
+from coordinator.coordinator import CheckpointCoordinator
+from coordinator.jobs import JobDefinition, wordcount
+from coordinator.settings import Settings
+from coordinator.store import CheckpointStore
+
+
+@dataclass
+class Workspace:
+    settings: Settings
+    store: CheckpointStore
+    job: JobDefinition
+    coordinator: CheckpointCoordinator
+
+    @property
+    def input_dir(self) -> Path:
+        return source.input_dir(self.settings.data_dir, self.job.name)
+
+    def land(self, batch: int, lines: int = 400, partitions: int = 2, vocab: int = 300) -> int:
+        return land_batch(self.input_dir, batch, lines, partitions=partitions, vocab_size=vocab)
+
+    def committed(self) -> dict[str, int]:
+        with self.store.engine.connect() as c:
+            return dict(c.execute(text("SELECT word, count FROM wordcount_counts")).all())
+
+    def expected_at(self, checkpoint_id: int | None) -> dict[str, int]:
+        cut = self.store.cut(self.job.name, checkpoint_id) if checkpoint_id else {}
+        return dict(recount(self.input_dir, cut))
+
+    def expected_latest(self) -> dict[str, int]:
+        latest = self.store.latest_completed(self.job.name)
+        return self.expected_at(latest.checkpoint_id if latest else None)
+
+    def run_epochs(self, spark, mode: str = "async", **kwargs):
+        from spark_jobs.runner import EpochRunner
+        from spark_jobs.snapshot import SnapshotMode
+
+        runner = EpochRunner(
+            spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
+            mode=SnapshotMode(mode), **kwargs,
+        )
+        return runner.run()
+
+    def env(self) -> dict[str, str]:
+        return self.settings.as_env()
+
+
+def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -> Workspace:
+    settings = Settings.from_env(
+        {"ABS_HOME": str(tmp_path / "home"), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]"}
+    )
+    store = CheckpointStore(make_engine(url))
+    job = job or wordcount()
+    store.register_job(job)
+    return Workspace(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))
