@@ -20,11 +20,11 @@ from coordinator.jobs import REGISTRY
 from coordinator.policy import TriggerDecision
 from coordinator.settings import Settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
 db_app = typer.Typer(no_args_is_help=True, help="The catalog database.")
 app.add_typer(db_app, name="db")
-out = Console()
-err = Console(stderr=True)
+# not a terminal (a pipe, a log): wide enough that tables and lines are not folded
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 SnapshotMode = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
 
@@ -168,19 +168,9 @@ def demo(
 
 
 def main() -> None:
+    """Entry point: click reports usage errors (exit 2); ABS Replay's own errors are one line."""
     try:
-        app(standalone_mode=False)
+        app()
     except AbsError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as exc:  # click usage errors
-        from click.exceptions import ClickException
-
-        if isinstance(exc, ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise

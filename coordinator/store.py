@@ -363,13 +363,17 @@ class CheckpointStore:
             ).mappings()
             return [dict(r) for r in rows]
 
-    def forget_acks(self, job_name: str, checkpoint_id: int) -> None:
-        """Drop the acks of a PENDING checkpoint (a dead attempt's), before it is processed again."""
+    def begin_attempt(self, job_name: str, checkpoint_ids: list[int], snapshot_mode: str) -> None:
+        """A processing run takes these PENDING checkpoints: a dead attempt's acks are dropped
+        (this run acks afresh) and the snapshot mode is recorded."""
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
-            ck = s.get(Checkpoint, (job_name, checkpoint_id))
-            if ck is not None and ck.status == CheckpointStatus.PENDING:
+            for checkpoint_id in checkpoint_ids:
+                ck = s.get(Checkpoint, (job_name, checkpoint_id))
+                if ck is None or ck.status != CheckpointStatus.PENDING:
+                    continue
                 s.execute(delete(TaskAck).where(TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id))
+                ck.snapshot_mode = snapshot_mode
 
 
 def _handle_columns(h: StateHandle) -> dict:

@@ -99,13 +99,23 @@ def restore(
     stored = [link for link in links if link.rows > 0]
     if not stored:
         return spark.createDataFrame([], schema)
-    parts = [
-        spark.read.schema(schema).parquet(link.uri).withColumn("_link", F.lit(i)) for i, link in enumerate(stored)
-    ]
+    parts = []
+    for i, link in enumerate(stored):
+        try:
+            parts.append(spark.read.schema(schema).parquet(link.uri).withColumn("_link", F.lit(i)))
+        except Exception as exc:  # noqa: BLE001 - Spark raises several kinds for a missing path
+            raise StateIntegrityError(
+                f"state file {link.uri} of checkpoint {link.checkpoint_id} is missing or unreadable: "
+                f"{str(exc).splitlines()[0]}"
+            ) from None
     data = parts[0]
     for part in parts[1:]:
         data = data.unionByName(part)
-    data = data.localCheckpoint(eager=True)
+    try:
+        data = data.localCheckpoint(eager=True)
+    except Exception as exc:  # noqa: BLE001 - a corrupt Parquet footer or page surfaces here
+        uris = ", ".join(f"{link.uri} (checkpoint {link.checkpoint_id})" for link in stored)
+        raise StateIntegrityError(f"cannot read state files {uris}: {str(exc).splitlines()[0]}") from None
     if verify:
         verify_links(data, schema, stored)
     values = [c for c in schema.fieldNames() if c != key]

@@ -159,8 +159,7 @@ class EpochRunner:
         if not plans:
             log(f"{self.job.name}: no pending epochs after checkpoint {restored or 0}")
             return report
-        for plan in plans:  # a dead attempt's acks are replaced by this run's
-            self.store.forget_acks(self.job.name, plan.checkpoint_id)
+        self.store.begin_attempt(self.job.name, [p.checkpoint_id for p in plans], str(self.mode))
         log(
             f"{self.job.name}: restoring from checkpoint {restored or 'none'}, "
             f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}"

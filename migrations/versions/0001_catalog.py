@@ -136,6 +136,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("word", name="pk_wordcount_counts"),
     )
     create_snapshot_history()
+    create_checkpoint_stats()
 
 
 def duration_ms_sql() -> str:
@@ -168,7 +169,37 @@ def create_snapshot_history() -> None:
     )
 
 
+def create_checkpoint_stats() -> None:
+    # companion of snapshot_history: what each checkpoint held beyond its status
+    op.execute(
+        """
+        CREATE VIEW checkpoint_stats AS
+        SELECT c.job AS job,
+               c.checkpoint_id AS checkpoint_id,
+               c.snapshot_mode AS snapshot_mode,
+               COALESCE(a.state_rows, 0) AS state_rows,
+               a.max_sync_ms AS sync_ms,
+               a.max_async_ms AS async_ms,
+               COALESCE(d.dead_letters, 0) AS dead_letters,
+               t.status AS sink_status,
+               t.rows AS sink_rows
+        FROM checkpoints c
+        LEFT JOIN (
+            SELECT job, checkpoint_id, SUM(state_rows) AS state_rows,
+                   MAX(sync_ms) AS max_sync_ms, MAX(async_ms) AS max_async_ms
+            FROM task_acks WHERE state_uri IS NOT NULL OR operator <> 'source'
+            GROUP BY job, checkpoint_id
+        ) a ON a.job = c.job AND a.checkpoint_id = c.checkpoint_id
+        LEFT JOIN (
+            SELECT job, checkpoint_id, COUNT(*) AS dead_letters FROM dead_letters GROUP BY job, checkpoint_id
+        ) d ON d.job = c.job AND d.checkpoint_id = c.checkpoint_id
+        LEFT JOIN sink_transactions t ON t.job = c.job AND t.checkpoint_id = c.checkpoint_id
+        """
+    )
+
+
 def downgrade() -> None:
+    op.execute("DROP VIEW checkpoint_stats")
     op.execute("DROP VIEW snapshot_history")
     for table in (
         "wordcount_counts",

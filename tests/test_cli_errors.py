@@ -1,0 +1,90 @@
+"""Bad input through the command line: exit code 2, one line naming the problem, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+from coordinator.catalog.db import parse_url
+
+ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
+
+
+def absreplay(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([ABSREPLAY, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+
+
+def one_line_error(result: subprocess.CompletedProcess, needle: str) -> None:
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert result.returncode == 2, result.stderr + result.stdout
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def count_rows(url: str, table: str) -> int:
+    with create_engine(parse_url(url)).connect() as c:
+        return c.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+
+
+def test_unknown_job(tmp_path, sqlite_url) -> None:
+    r = absreplay("inject", "nosuchjob", env={"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)})
+    one_line_error(r, "unknown job 'nosuchjob'")
+    assert count_rows(sqlite_url, "jobs") == 0
+
+
+def test_malformed_database_url(tmp_path) -> None:
+    r = absreplay("inject", "wordcount", env={"ABS_DATABASE_URL": "not a url", "ABS_HOME": str(tmp_path)})
+    one_line_error(r, "ABS_DATABASE_URL is malformed")
+
+
+def test_unsupported_database(tmp_path) -> None:
+    r = absreplay("jobs", env={"ABS_DATABASE_URL": "mysql://x@localhost/db", "ABS_HOME": str(tmp_path)})
+    one_line_error(r, "supported: sqlite, postgresql")
+
+
+def test_unreachable_database_does_not_show_the_password(tmp_path) -> None:
+    url = "postgresql://postgres:s3cret@127.0.0.1:1/nowhere"
+    r = absreplay("inject", "wordcount", env={"ABS_DATABASE_URL": url, "ABS_HOME": str(tmp_path)})
+    one_line_error(r, "unreachable")
+    assert "s3cret" not in r.stderr + r.stdout
+
+
+def test_catalog_without_schema_says_to_upgrade(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    r = absreplay("checkpoints", "wordcount", env={"ABS_DATABASE_URL": url, "ABS_HOME": str(tmp_path)})
+    one_line_error(r, "absreplay db upgrade")
+
+
+def test_partition_that_is_a_file_writes_nothing(tmp_path, pg_url) -> None:
+    env = {"ABS_DATABASE_URL": pg_url, "ABS_HOME": str(tmp_path), "ABS_DATA_DIR": str(tmp_path / "data")}
+    inp = tmp_path / "data" / "wordcount" / "input"
+    (inp / "p0").mkdir(parents=True)
+    (inp / "p0" / "seg-1.txt").write_text("hello world\n")
+    (inp / "p1").write_text("I should be a directory")
+    r = absreplay("inject", "wordcount", env=env)
+    one_line_error(r, "is a file")
+    assert count_rows(pg_url, "checkpoints") == 0
+    assert count_rows(pg_url, "source_segments") == 0
+
+
+def test_bad_snapshot_mode_and_cycles(tmp_path, sqlite_url) -> None:
+    env = {"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)}
+    one_line_error(absreplay("process", "wordcount", "--snapshot-mode", "fast", env=env), "--snapshot-mode")
+    r = absreplay("run", "wordcount", "--cycles", "0", env=env)
+    assert r.returncode == 2 and "cycles" in r.stderr
+    assert count_rows(sqlite_url, "checkpoints") == 0
+
+
+def test_inject_and_checkpoints_json(tmp_path, sqlite_url) -> None:
+    env = {"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path), "ABS_DATA_DIR": str(tmp_path / "data")}
+    part = tmp_path / "data" / "wordcount" / "input" / "p0"
+    part.mkdir(parents=True)
+    (part / "seg-1.txt").write_text("a b c\n")
+    r = absreplay("inject", "wordcount", env=env)
+    assert r.returncode == 0 and "barrier 1 injected" in r.stdout and "p0@1" in r.stdout
+    r = absreplay("checkpoints", "wordcount", "--json", env=env)
+    assert r.returncode == 0 and '"status": "PENDING"' in r.stdout and '"total_tasks": 8' in r.stdout
