@@ -18,6 +18,7 @@ from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
 
 PROCESS_APP = Path(spark_jobs.__file__).resolve().parent / "process.py"
+LOG4J_CONFIG = PROCESS_APP.parent / "log4j2.properties"
 
 
 def spark_submit_binary() -> str:
@@ -42,7 +43,7 @@ def submit_command(settings: Settings, app_args: list[str]) -> list[str]:
         "--name", f"absreplay-{app_args[0]}",
         "--driver-memory", os.environ.get("ABS_DRIVER_MEMORY", "2g"),
         "--conf", "spark.ui.enabled=false",
-        "--conf", f"spark.log.level={os.environ.get('ABS_SPARK_LOG_LEVEL', 'WARN')}",
+        "--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
         *python_confs(),
         str(PROCESS_APP),
         *app_args,

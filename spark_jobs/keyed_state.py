@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -36,29 +36,26 @@ def with_subtask(df: DataFrame, key: str, parallelism: int) -> DataFrame:
     return df.withColumn(SUBTASK, F.pmod(F.hash(F.col(key)), F.lit(parallelism)))
 
 
-def checksum_expr(columns: Sequence[str]) -> F.Column:
-    return F.bit_xor(F.xxhash64(*[F.col(c) for c in columns]))
-
-
 def format_checksum(value: int | None) -> str | None:
     return None if value is None else f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def subtask_metrics(columns: Sequence[str], parallelism: int) -> list[F.Column]:
-    """Aggregates for ``DataFrame.observe``: rows and checksum of every subtask, in one pass."""
+def group_metrics(columns: Sequence[str], group: str, groups: int) -> list[F.Column]:
+    """Aggregates for ``DataFrame.observe``: rows and checksum of each value 0..groups-1 of
+    column ``group`` (a subtask, a restore link), computed in the pass that writes or reads."""
     row_hash = F.xxhash64(*[F.col(c) for c in columns])
     metrics = []
-    for i in range(parallelism):
-        mine = F.col(SUBTASK) == i
+    for i in range(groups):
+        mine = F.col(group) == i
         metrics.append(F.sum(F.when(mine, 1).otherwise(0)).alias(f"rows_{i}"))
         metrics.append(F.bit_xor(F.when(mine, row_hash)).alias(f"xor_{i}"))
     return metrics
 
 
-def stats_from_metrics(metrics: dict, parallelism: int) -> dict[int, SubtaskStats]:
+def stats_from_metrics(metrics: dict, groups: int) -> dict[int, SubtaskStats]:
     return {
         i: SubtaskStats(int(metrics.get(f"rows_{i}") or 0), format_checksum(metrics.get(f"xor_{i}")) or "")
-        for i in range(parallelism)
+        for i in range(groups)
     }
 
 
@@ -93,9 +90,10 @@ def restore(
     key: str,
     links: Sequence[ChainLink],
     parallelism: int,
-    verify: bool = True,
 ) -> DataFrame:
-    """The operator's state at a checkpoint from its chain of snapshot files."""
+    """The operator's state at a checkpoint from its chain of snapshot files, checked and
+    materialized in one pass: every link's rows and checksum are observed while the state
+    is built, and compared with what its ack recorded."""
     stored = [link for link in links if link.rows > 0]
     if not stored:
         return spark.createDataFrame([], schema)
@@ -111,32 +109,28 @@ def restore(
     data = parts[0]
     for part in parts[1:]:
         data = data.unionByName(part)
-    try:
-        data = data.localCheckpoint(eager=True)
-    except Exception as exc:  # noqa: BLE001 - a corrupt Parquet footer or page surfaces here
-        uris = ", ".join(f"{link.uri} (checkpoint {link.checkpoint_id})" for link in stored)
-        raise StateIntegrityError(f"cannot read state files {uris}: {str(exc).splitlines()[0]}") from None
-    if verify:
-        verify_links(data, schema, stored)
+    observation = Observation("restore")
+    data = data.observe(observation, *group_metrics(schema.fieldNames(), "_link", len(stored)))
     values = [c for c in schema.fieldNames() if c != key]
     if len({link.checkpoint_id for link in stored}) == 1:
-        return data.drop("_link").repartition(parallelism, key)
-    # the newest version of every key wins
-    latest = data.groupBy(key).agg(
-        F.max_by(F.struct(*values), F.col("updated")).alias("_v")
-    )
-    return latest.select(key, *[F.col(f"_v.{c}").alias(c) for c in values])
+        state = data.drop("_link").repartition(parallelism, key)
+    else:
+        # an incremental chain: the newest version of every key wins
+        latest = data.groupBy(key).agg(F.max_by(F.struct(*values), F.col("updated")).alias("_v"))
+        state = latest.select(key, *[F.col(f"_v.{c}").alias(c) for c in values])
+    try:
+        state = state.localCheckpoint(eager=True)
+    except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here
+        uris = ", ".join(f"{link.uri} (checkpoint {link.checkpoint_id})" for link in stored)
+        raise StateIntegrityError(f"cannot read state files {uris}: {str(exc).splitlines()[0]}") from None
+    verify_links(observation.get, stored)
+    return state
 
 
-def verify_links(data: DataFrame, schema: StructType, links: Sequence[ChainLink]) -> None:
-    found = {
-        int(r["_link"]): (int(r["n"]), format_checksum(r["c"]))
-        for r in data.groupBy("_link")
-        .agg(F.count(F.lit(1)).alias("n"), checksum_expr(schema.fieldNames()).alias("c"))
-        .collect()
-    }
+def verify_links(metrics: dict, links: Sequence[ChainLink]) -> None:
+    found = stats_from_metrics(metrics, len(links))
     for i, link in enumerate(links):
-        rows, checksum = found.get(i, (0, None))
+        rows, checksum = found[i].rows, found[i].checksum or None
         if rows != link.rows or (link.checksum and checksum != link.checksum):
             raise StateIntegrityError(
                 f"state file {link.uri} of checkpoint {link.checkpoint_id} is corrupt: "

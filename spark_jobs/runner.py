@@ -147,8 +147,7 @@ class EpochRunner:
         if checkpoint_id is None:
             return self.spark.createDataFrame([], self.ops.state_schema), 0
         links, length = self.chain(checkpoint_id)
-        state = keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism)
-        return state.localCheckpoint(eager=True), length
+        return keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism), length
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> RunReport:

@@ -146,7 +146,7 @@ class SnapshotWriter:
         observation = Observation(f"snapshot-{checkpoint_id}")
         observed = snap.observe(
             observation,
-            *keyed_state.subtask_metrics(self.ops.state_schema.fieldNames(), p),
+            *keyed_state.group_metrics(self.ops.state_schema.fieldNames(), keyed_state.SUBTASK, p),
             F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
         )
         op_uri = state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, self.job.state_operator)
