@@ -82,6 +82,8 @@ class ChainLink:
     uri: str
     rows: int
     checksum: str | None
+    #: a full snapshot (the end of a chain), not a delta on a base
+    full: bool = True
 
 
 def restore(
@@ -115,9 +117,10 @@ def restore(
     if len({link.checkpoint_id for link in stored}) == 1:
         state = data.drop("_link").repartition(parallelism, key)
     else:
-        # an incremental chain: the newest version of every key wins
-        latest = data.groupBy(key).agg(F.max_by(F.struct(*values), F.col("updated")).alias("_v"))
-        state = latest.select(key, *[F.col(f"_v.{c}").alias(c) for c in values])
+        # an incremental chain: the newest version of every key wins (one max_by per column
+        # keeps the aggregation buffer fixed-width, so Spark hashes instead of sorting)
+        newest = [F.max_by(c, "updated").alias(c) for c in values if c != "updated"]
+        state = data.groupBy(key).agg(*newest, F.max("updated").alias("updated")).select(*schema.fieldNames())
     try:
         state = state.localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here

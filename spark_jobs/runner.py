@@ -124,7 +124,9 @@ class EpochRunner:
 
     # -- restore -------------------------------------------------------------------
     def chain(self, checkpoint_id: int) -> tuple[list[keyed_state.ChainLink], int]:
-        """The snapshot files of the state operator at ``checkpoint_id``, and the chain's length."""
+        """The snapshot files of the state operator at ``checkpoint_id``, and the chain's length.
+
+        Links are ordered newest first per subtask; the last link of a subtask is its full snapshot."""
         op = self.job.state_operator
         links, length = [], 0
         heads = {a.subtask: a for a in self.store.acks(self.job.name, checkpoint_id) if a.operator == op}
@@ -133,7 +135,8 @@ class EpochRunner:
             while ack is not None:
                 n += 1
                 if ack.state_uri:
-                    links.append(keyed_state.ChainLink(ack.checkpoint_id, subtask, ack.state_uri, ack.state_rows, ack.checksum))
+                    links.append(keyed_state.ChainLink(ack.checkpoint_id, subtask, ack.state_uri, ack.state_rows,
+                                                       ack.checksum, full=ack.base_checkpoint_id is None))
                 if ack.base_checkpoint_id is None:
                     break
                 ack = next(
@@ -143,11 +146,12 @@ class EpochRunner:
             length = max(length, n)
         return links, length
 
-    def restore(self, checkpoint_id: int | None) -> tuple[DataFrame, int]:
+    def restore(self, checkpoint_id: int | None) -> tuple[DataFrame, list[keyed_state.ChainLink], int]:
         if checkpoint_id is None:
-            return self.spark.createDataFrame([], self.ops.state_schema), 0
+            return self.spark.createDataFrame([], self.ops.state_schema), [], 0
         links, length = self.chain(checkpoint_id)
-        return keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism), length
+        state = keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism)
+        return state, links, length
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> RunReport:
@@ -164,7 +168,7 @@ class EpochRunner:
             f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}"
         )
         t0 = time.perf_counter()
-        state, chain_length = self.restore(restored)
+        state, links, chain_length = self.restore(restored)
         report.restore_s = time.perf_counter() - t0
         partitions = source.list_partitions(source.input_dir(self.data_dir, self.job.name))
         writer = SnapshotWriter(
@@ -178,6 +182,9 @@ class EpochRunner:
             chain_length=chain_length,
             full_every=self.store.policy(self.job.name).full_snapshot_every,
             partitions=partitions,
+            # what the restored chain says about how many keys an epoch changes
+            last_full_rows=sum(link.rows for link in links if link.full),
+            last_changed_rows=sum(link.rows for link in links if link.checkpoint_id == restored),
         )
         input_dir = source.input_dir(self.data_dir, self.job.name)
         try:
