@@ -351,6 +351,16 @@ class CheckpointStore:
                 )
             )
 
+    def sink_rows(self, job_name: str, checkpoint_id: int) -> int:
+        """Rows the checkpoint's epoch changed (its sink transaction's size)."""
+        with self.sessions() as s:
+            rows = s.scalar(
+                select(func.sum(SinkTransaction.rows)).where(
+                    SinkTransaction.job == job_name, SinkTransaction.checkpoint_id == checkpoint_id
+                )
+            )
+        return int(rows or 0)
+
     def all_acks(self, job_name: str) -> list[TaskAck]:
         with self.sessions() as s:
             return list(s.scalars(select(TaskAck).where(TaskAck.job == job_name)))

@@ -184,7 +184,7 @@ class EpochRunner:
             partitions=partitions,
             # what the restored chain says about how many keys an epoch changes
             last_full_rows=sum(link.rows for link in links if link.full),
-            last_changed_rows=sum(link.rows for link in links if link.checkpoint_id == restored),
+            last_changed_rows=self.store.sink_rows(self.job.name, restored) if restored else 0,
         )
         input_dir = source.input_dir(self.data_dir, self.job.name)
         try:
