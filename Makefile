@@ -17,4 +17,5 @@ demo: install
 	$(BIN)/absreplay demo
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -77,9 +77,21 @@ def process(
     args = [job, "--snapshot-mode", _check_mode(snapshot_mode)]
     if restore_from is not None:
         args += ["--restore-from", str(restore_from)]
+    elif not _has_pending(ctx):
+        return
     code = run_processing(ctx.settings, args)
     if code:
         raise typer.Exit(code)
+
+
+def _has_pending(ctx) -> bool:
+    """Nothing to process: say so without starting a JVM."""
+    latest = ctx.store.latest_completed(ctx.job.name)
+    base = latest.checkpoint_id if latest else 0
+    if ctx.store.pending_after(ctx.job.name, base):
+        return True
+    out.print(f"{ctx.job.name}: no pending epochs after checkpoint {base}")
+    return False
 
 
 @app.command()
@@ -157,13 +169,16 @@ def verify(job: str, checkpoint: Annotated[int | None, typer.Option()] = None) -
 
 @app.command()
 def demo(
-    batches: Annotated[int, typer.Option(min=2, help="how many batches of segments land")] = 6,
+    batches: Annotated[int, typer.Option(min=2, help="how many batches of segments land")] = 4,
     lines_per_batch: Annotated[int, typer.Option(min=1)] = 20000,
+    airflow: Annotated[bool, typer.Option(help="drive it through the Airflow DAGs (--no-airflow: the CLI alone)")] = True,
 ) -> None:
     """Run the whole story on embedded defaults and check the result against an independent recount."""
-    from absreplay.demo import run_demo
-
-    if not run_demo(out, batches, lines_per_batch):
+    if airflow:
+        from absreplay.airflow_demo import run_airflow_demo as run
+    else:
+        from absreplay.demo import run_demo as run
+    if not run(out, batches, lines_per_batch):
         raise typer.Exit(1)
 
 

@@ -61,12 +61,17 @@ def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
             out.print(views.finalize_line(JOB, ctx.coordinator.finalize()))
             exact, records, words = check_exact(ctx.store, settings)
             out.print(f"  sink {'equals' if exact else 'DIFFERS FROM'} the recount ({records:,} records, {words:,} words)")
+    return finish_demo(out, ctx, settings, t0)
+
+
+def finish_demo(out: Console, ctx, settings: Settings, t0: float, where: str = "") -> bool:
+    """The audit table, the top words and the verdict line every demo ends with."""
     out.print(views.history_table(JOB, ctx.store.history(JOB)))
     exact, records, words = check_exact(ctx.store, settings)
     top = sorted(committed_counts(ctx.store).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     out.print("top words: " + ", ".join(f"{w}={c}" for w, c in top))
-    out.print(f"demo took {time.perf_counter() - t0:.1f}s; audit it with: sqlite3 {settings.database_url[10:]} "
-              "'SELECT * FROM snapshot_history'")
+    out.print(f"demo took {time.perf_counter() - t0:.1f}s{where}; audit it with: "
+              f"sqlite3 {settings.database_url[10:]} 'SELECT * FROM snapshot_history'")
     verdict = "EXACT" if exact else "NOT EXACT"
     out.print(f"[bold]{verdict}[/]: committed counts {'equal' if exact else 'differ from'} an independent recount "
               f"of {records:,} records ({words:,} distinct words)")

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import spark_jobs
+from absreplay.pyfiles import build_pyfiles_zip
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
 
@@ -44,6 +45,8 @@ def submit_command(settings: Settings, app_args: list[str]) -> list[str]:
         "--driver-memory", os.environ.get("ABS_DRIVER_MEMORY", "2g"),
         "--conf", "spark.ui.enabled=false",
         "--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        # the code reaches a cluster's driver and executors the way the DAG ships it
+        "--py-files", str(build_pyfiles_zip(settings.home / "pyfiles")),
         *python_confs(),
         str(PROCESS_APP),
         *app_args,

@@ -1,0 +1,300 @@
+"""What the Airflow DAGs of ABS Replay do; ``dags/`` holds only their wiring.
+
+Every function here takes the ``Settings`` first and returns plain,
+JSON-serializable values (they travel as XComs and asset-event extras).
+``run_in_task`` is how a DAG task calls one of them: it resolves the settings
+inside the running task and turns bad input into a failure that is not retried.
+
+Which catalog the DAGs use: the Airflow Variable ``abs_database_url`` when it
+is set, else ``ABS_DATABASE_URL`` and the rest of the environment exactly as
+the command line reads it (``Settings.from_env``). The data dir and the state
+root always come from the environment (``ABS_DATA_DIR``, ``ABS_STATE_URI``,
+``ABS_HOME``). The catalog's password is registered with Airflow's secrets
+masker, so it never shows in task logs or rendered templates.
+
+Nothing here imports Airflow, pyspark or pyarrow at module level: the DAG
+files import this module while they are parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from coordinator.catalog.db import parse_url
+from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, ConfigError, UsageError
+from coordinator.jobs import REGISTRY, get_job
+from coordinator.lifecycle import CheckpointStatus
+from coordinator.settings import Settings
+
+if TYPE_CHECKING:
+    from absreplay.context import JobContext
+    from coordinator.store import CheckpointStore
+
+DATABASE_URL_VARIABLE = "abs_database_url"
+SNAPSHOT_MODES = ("async", "sync", "none")
+RECOVERY_MODES = ("full", "partial")
+# what the processing application's driver reads (process.py: Settings.from_env)
+DRIVER_ENV = ("ABS_HOME", "ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI")
+RECOVERY_TIMEOUT_S = 6 * 3600
+
+T = TypeVar("T")
+
+
+# -- settings ---------------------------------------------------------------------------
+def resolve_settings(variable_url: str | None, env: Mapping[str, str] | None = None) -> Settings:
+    """The Variable's catalog URL when it is set, else the environment's; everything else from the environment."""
+    values = dict(os.environ if env is None else env)
+    if variable_url:
+        values["ABS_DATABASE_URL"] = variable_url
+    return Settings.from_env(values)
+
+
+def airflow_settings() -> Settings:
+    """The settings of the running Airflow task (reads the Variable; masks the catalog password)."""
+    from airflow.sdk import Variable
+    from airflow.sdk.log import mask_secret
+
+    settings = resolve_settings(Variable.get(DATABASE_URL_VARIABLE, default=None))
+    password = parse_url(settings.database_url).password
+    if password:
+        mask_secret(password)
+    return settings
+
+
+def fails_without_retry(exc: BaseException) -> bool:
+    """Bad input (exit code 2) cannot be fixed by retrying; an unreachable catalog may come back."""
+    return isinstance(exc, AbsError) and exc.exit_code == 2 and not isinstance(exc, CatalogUnavailableError)
+
+
+@contextmanager
+def task_errors() -> Iterator[None]:
+    """Inside an Airflow task: bad input fails the task at once (AirflowFailException), anything else may retry."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        yield
+    except AbsError as exc:
+        if fails_without_retry(exc):
+            raise AirflowFailException(str(exc)) from None
+        raise
+
+
+def run_in_task(fn: Callable[..., T], *args: Any) -> T:
+    """Call ``fn(settings, *args)`` from an Airflow task."""
+    with task_errors():
+        return fn(airflow_settings(), *args)
+
+
+@contextmanager
+def _job(settings: Settings, job: str) -> Iterator[JobContext]:
+    """The job's context (registers the job on first use); its connections are closed afterwards."""
+    from absreplay.context import job_context
+
+    ctx = job_context(job, settings)
+    try:
+        yield ctx
+    finally:
+        ctx.store.engine.dispose()
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[CheckpointStore]:
+    """A store on the migrated catalog, read or written without registering anything."""
+    from absreplay.context import open_store
+
+    store = open_store(settings)
+    try:
+        yield store
+    finally:
+        store.engine.dispose()
+
+
+# -- barriers and epochs ---------------------------------------------------------------------
+def barrier_asset_name(job: str) -> str:
+    return f"abs_{job}_barriers"
+
+
+def barrier_asset_uri(job: str) -> str:
+    return f"absreplay://{job}/barriers"
+
+
+def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
+    """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it."""
+    from absreplay.views import format_cut
+    from coordinator.policy import TriggerDecision
+
+    with _job(settings, job) as ctx:
+        outcome = ctx.coordinator.inject()
+    if outcome.decision is TriggerDecision.EXECUTE:
+        message = (f"{job}: barrier {outcome.checkpoint_id} injected; {outcome.new_segments} new segment(s), "
+                   f"{outcome.new_records} new record(s); cut {format_cut(outcome.cut)}")
+    else:
+        message = f"{job}: barrier skipped ({outcome.decision}); the next barrier covers these records"
+    return {
+        "job": job,
+        "decision": str(outcome.decision),
+        "checkpoint_id": outcome.checkpoint_id,
+        "new_segments": outcome.new_segments,
+        "new_records": outcome.new_records,
+        "cut": dict(outcome.cut),
+        "message": message,
+    }
+
+
+def finalize_checkpoints(settings: Settings, job: str) -> dict[str, Any]:
+    """Expire timed-out checkpoints, commit completed ones' sinks, abort failed ones', retain, collect garbage."""
+    from absreplay.views import finalize_line
+
+    with _job(settings, job) as ctx:
+        report = ctx.coordinator.finalize()
+    return {"job": job, **asdict(report), "message": finalize_line(job, report)}
+
+
+def process_args(job: str, snapshot_mode: str) -> list[str]:
+    """The processing application's arguments (spark_jobs/process.py)."""
+    get_job(job)
+    return [job, "--snapshot-mode", snapshot_mode]
+
+
+def driver_env(settings: Settings) -> dict[str, str]:
+    """The settings the processing driver needs, as environment variables (spark-submit ``env_vars``)."""
+    env = settings.as_env()
+    return {key: env[key] for key in DRIVER_ENV}
+
+
+def python_conf(python: str | None = None) -> dict[str, str]:
+    """Driver and executors run this Python (the one with the project's dependencies installed)."""
+    python = python or sys.executable
+    return {"spark.pyspark.python": python, "spark.pyspark.driver.python": python}
+
+
+def pyfiles_zip(settings: Settings) -> str:
+    """The ``--py-files`` zip of ``coordinator`` and ``spark_jobs``, cached under ``$ABS_HOME/pyfiles``."""
+    from absreplay.pyfiles import build_pyfiles_zip
+
+    return str(build_pyfiles_zip(settings.home / "pyfiles"))
+
+
+def spark_submit_macros() -> dict[str, Callable[..., str]]:
+    """Jinja macros that SparkSubmitOperator's templated fields call when the task renders (not at parse)."""
+    return {
+        "abs_setting": lambda key: driver_env(airflow_settings())[key],
+        "abs_py_files": lambda: pyfiles_zip(airflow_settings()),
+        "abs_python": lambda: sys.executable,
+    }
+
+
+# -- maintenance -----------------------------------------------------------------------------
+def catalog_jobs(settings: Settings) -> list[str]:
+    """Every job with a row in the catalog."""
+    from sqlalchemy import select
+
+    from coordinator.catalog.models import Job
+
+    with _store(settings) as store, store.sessions() as s:
+        return list(s.scalars(select(Job.name).order_by(Job.name)))
+
+
+def maintain_job(settings: Settings, job: str) -> dict[str, Any]:
+    """Expire stale pending checkpoints; delete state files no catalog row references."""
+    from coordinator.coordinator import CheckpointCoordinator
+
+    definition = REGISTRY.get(job)
+    with _store(settings) as store:
+        expired = store.expire_timed_out(job)
+        if definition is None:
+            # without its definition this deployment cannot tell the job's state layout apart: leave it alone
+            return {"job": job, "expired": expired, "deleted_dirs": [],
+                    "message": f"{job}: expired {expired or '-'}; not registered here, state files left alone"}
+        deleted = CheckpointCoordinator(store, definition, settings.data_dir, settings.state_uri).collect_garbage()
+    return {"job": job, "expired": expired, "deleted_dirs": deleted,
+            "message": f"{job}: expired {expired or '-'}; deleted {len(deleted)} unreferenced state dir(s)"}
+
+
+# -- recovery --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RecoveryRequest:
+    job: str
+    checkpoint_id: int
+    mode: str
+    rewind: bool
+
+    def cli_args(self) -> list[str]:
+        if self.rewind:
+            return ["rewind", self.job, "--to", str(self.checkpoint_id)]
+        return ["recover", self.job, "--checkpoint", str(self.checkpoint_id), "--mode", self.mode]
+
+
+class RecoveryCommandError(AbsError):
+    """The command line's recovery entry exited non-zero; carries its exit code and message."""
+
+    def __init__(self, args: list[str], exit_code: int, message: str) -> None:
+        super().__init__(f"`absreplay {' '.join(args)}` exited {exit_code}: {message}")
+        self.exit_code = exit_code
+
+
+def validate_recovery(
+    settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any
+) -> dict[str, Any]:
+    """Check a recovery request against the catalog (reads only) and pin the checkpoint it restores."""
+    get_job(job)
+    if mode not in RECOVERY_MODES:
+        raise UsageError(f"mode must be one of {', '.join(RECOVERY_MODES)}, not {mode!r}")
+    if not isinstance(rewind, bool):
+        raise UsageError(f"rewind must be true or false, not {rewind!r}")
+    if rewind and mode != "full":
+        raise UsageError("rewind reprocesses every task from the checkpoint: use mode 'full' with rewind")
+    if checkpoint is not None and (isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or checkpoint < 1):
+        raise UsageError(
+            f"checkpoint must be an integer >= 1, or empty for the latest completed one; got {checkpoint!r}"
+        )
+    with _store(settings) as store:
+        if checkpoint is None:
+            latest = store.latest_completed(job)
+            if latest is None:
+                raise UsageError(f"job {job!r} has no completed checkpoint to recover from yet")
+            checkpoint = latest.checkpoint_id
+        ck = store.checkpoint(job, checkpoint)  # CheckpointNotFoundError: unknown id
+    status = CheckpointStatus(ck.status)
+    if status is CheckpointStatus.FAILED:
+        reason = ck.failure_reason or "no reason recorded"
+        raise CheckpointNotFoundError(
+            job, checkpoint, f"is FAILED ({reason}): only a COMPLETED checkpoint can be restored"
+        )
+    if status is CheckpointStatus.SUBSUMED:
+        raise CheckpointNotFoundError(
+            job, checkpoint, "is SUBSUMED: a newer checkpoint replaced it and its state files were garbage-collected"
+        )
+    if status is CheckpointStatus.PENDING:
+        raise CheckpointNotFoundError(job, checkpoint, "is still PENDING: not every task has acknowledged it")
+    return asdict(RecoveryRequest(job, checkpoint, mode, rewind))
+
+
+def absreplay_executable() -> str:
+    here = Path(sys.executable).parent / "absreplay"
+    found = str(here) if here.exists() else shutil.which("absreplay")
+    if not found:
+        raise ConfigError("the absreplay command is not installed next to this Python nor on PATH")
+    return found
+
+
+def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
+    """Run the command line's recovery entry for a validated request; its output, or RecoveryCommandError."""
+    args = RecoveryRequest(**request).cli_args()
+    # COLUMNS: the command line's console would wrap its one-line error at 80 columns
+    env = {**os.environ, **settings.as_env(), "COLUMNS": "1000"}
+    proc = subprocess.run(
+        [absreplay_executable(), *args], env=env, capture_output=True, text=True, timeout=RECOVERY_TIMEOUT_S
+    )
+    if proc.returncode:
+        message = " ".join(proc.stderr.split()).removeprefix("error: ") or f"no message; stdout: {proc.stdout[-500:]}"
+        raise RecoveryCommandError(args, proc.returncode, message)
+    return proc.stdout

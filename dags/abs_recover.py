@@ -1,0 +1,87 @@
+"""``abs_<job>_recover``: restore a job from a checkpoint, triggered by hand with a Params form.
+
+Wiring only. ``validate_request`` checks the form against the catalog (reads
+only) and pins the checkpoint; ``run_recovery`` calls the command line's
+recovery entry (``absreplay recover`` or ``absreplay rewind``) and fails with
+its message when it fails. Bad input fails the run without a retry.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.sdk import DAG, Param, dag, task
+
+from absreplay import orchestration
+from coordinator.jobs import REGISTRY, JobDefinition
+
+START = datetime(2025, 1, 1, tzinfo=timezone.utc)
+
+DOC = """
+### Recover `{job}` from a checkpoint
+
+Manual only. Fill in the form:
+
+- **checkpoint** — a checkpoint id (an integer >= 1), or empty for the latest
+  COMPLETED checkpoint. A FAILED, PENDING, SUBSUMED (garbage-collected) or
+  unknown checkpoint fails the run with a message that says so; nothing changes.
+- **mode** — `full` (every task restarts from the checkpoint) or `partial`
+  (only failed tasks and their upstream; records at or below the sinks'
+  high-water marks are discarded).
+- **rewind** — reprocess every epoch after the checkpoint (e.g. after a bug
+  fix): the sinks' later output is replaced, not duplicated. Needs mode `full`.
+
+The run calls `absreplay recover {job} --checkpoint N --mode M` or
+`absreplay rewind {job} --to N`; the recovery is audited in the catalog.
+Find checkpoint ids with `absreplay checkpoints {job}` or the `snapshot_history` view.
+"""
+
+PARAMS = {
+    "checkpoint": Param(
+        None,
+        type=["null", "integer"],
+        minimum=1,
+        title="Checkpoint id",
+        description="Empty: the latest completed checkpoint.",
+    ),
+    "mode": Param("full", type="string", enum=list(orchestration.RECOVERY_MODES), title="Mode",
+                  description="full: restart every task; partial: only failed tasks and their upstream."),
+    "rewind": Param(False, type="boolean", title="Rewind",
+                    description="Reprocess every epoch after the checkpoint, replacing the sinks' later output."),
+}
+
+
+def recover_dag(job: JobDefinition) -> DAG:
+    @dag(
+        dag_id=f"abs_{job.name}_recover",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["absreplay", job.name, "recovery"],
+        default_args={"owner": "absreplay", "retries": 1, "retry_delay": timedelta(seconds=10)},
+        params=PARAMS,
+        doc_md=DOC.format(job=job.name),
+    )
+    def recover() -> None:
+        @task
+        def validate_request(params: dict[str, Any] | None = None) -> dict[str, Any]:
+            assert params is not None
+            request = orchestration.run_in_task(
+                orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"]
+            )
+            print(f"recovery request: {request}")
+            return request
+
+        @task
+        def run_recovery(request: dict[str, Any]) -> str:
+            return orchestration.run_in_task(orchestration.run_recovery, request)
+
+        run_recovery(validate_request())
+
+    return recover()
+
+
+for _job in REGISTRY.values():
+    globals()[f"abs_{_job.name}_recover"] = recover_dag(_job)

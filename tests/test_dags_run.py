@@ -1,0 +1,137 @@
+"""The barrier and epoch DAGs, run with dag.test(): PostgreSQL catalog, SparkSubmitOperator submitting to local Spark.
+
+Barriers keep being injected while processing fails; the next epochs run
+processes every pending epoch in order, and the sink equals an independent
+recount.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from absreplay.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
+
+isolate_airflow_home("local[2]")  # before airflow is imported: its configuration is read once
+
+import pytest  # noqa: E402
+from airflow.dag_processing.dagbag import DagBag  # noqa: E402
+from airflow.models.asset import AssetEvent, AssetModel  # noqa: E402
+from airflow.models.renderedtifields import RenderedTaskInstanceFields  # noqa: E402
+from airflow.models.taskinstance import TaskInstance  # noqa: E402
+from airflow.utils.session import create_session  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from coordinator.lifecycle import CheckpointStatus  # noqa: E402
+from tests.helpers import Workspace, make_workspace  # noqa: E402
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres]
+
+# the test server trusts loopback, so a password in the URL is never asked for: it only has to stay out of sight
+PASSWORD = "NotShownAnywhere7"
+
+
+@pytest.fixture(scope="module")
+def dags() -> dict:
+    migrate_airflow_db(dict(os.environ))
+    bag = DagBag(dag_folder=dags_folder())
+    assert bag.import_errors == {}
+    # the DAG retries a failed spark-submit after a minute; the test does not wait that long
+    for task in bag.dags["abs_wordcount_epochs"].tasks:
+        task.retry_delay = timedelta(seconds=1)
+    return bag.dags
+
+
+@pytest.fixture
+def ws(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    ws = make_workspace(tmp_path, pg_url)
+    env = ws.settings.as_env()
+    for key in ("ABS_HOME", "ABS_DATA_DIR", "ABS_STATE_URI"):
+        monkeypatch.setenv(key, env[key])
+    # the Variable names the catalog; the environment's URL is a catalog without schema, to prove it
+    monkeypatch.setenv("ABS_DATABASE_URL", f"sqlite:///{tmp_path / 'not-the-catalog.db'}")
+    url = make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
+    monkeypatch.setenv("AIRFLOW_VAR_ABS_DATABASE_URL", url)
+    return ws
+
+
+def statuses(ws: Workspace) -> dict[int, str]:
+    return {c.checkpoint_id: str(c.status) for c in ws.store.checkpoints(ws.job.name)}
+
+
+def task_states(dag_id: str, run_id: str) -> dict[str, tuple[str, int]]:
+    with create_session() as session:
+        tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id))
+        return {ti.task_id: (str(ti.state), ti.try_number) for ti in tis}
+
+
+def rendered(dag_id: str, run_id: str, task_id: str) -> dict:
+    with create_session() as session:
+        return session.scalars(select(RenderedTaskInstanceFields).where(
+            RenderedTaskInstanceFields.dag_id == dag_id, RenderedTaskInstanceFields.run_id == run_id,
+            RenderedTaskInstanceFields.task_id == task_id)).one().rendered_fields
+
+
+def barrier_events() -> list[int]:
+    """The checkpoint ids carried by the barrier asset's events, oldest first."""
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent).join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == "abs_wordcount_barriers").order_by(AssetEvent.id)
+        )
+        return [e.extra["checkpoint_id"] for e in events]
+
+
+def inject(dags: dict, ws: Workspace, batch: int) -> int:
+    ws.land(batch)
+    run = dags["abs_wordcount_barriers"].test()
+    assert run.state == "success"
+    return ws.store.job(ws.job.name).last_checkpoint_id
+
+
+def test_barriers_keep_coming_while_epochs_fail_and_the_next_run_catches_up_in_order(
+    dags: dict, ws: Workspace, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    events_before = len(barrier_events())
+    epochs = dags["abs_wordcount_epochs"]
+
+    # cycle 1: a barrier, then an epochs run that processes it
+    assert inject(dags, ws, 0) == 1
+    first = epochs.test()
+    assert first.state == "success"
+    fields = rendered("abs_wordcount_epochs", first.run_id, "process_epochs")
+    assert fields["py_files"].startswith(str(Path(os.environ["ABS_HOME"]) / "pyfiles" / "absreplay-pyfiles-"))
+    assert fields["application_args"] == ["wordcount", "--snapshot-mode", "async"]
+    assert fields["env_vars"]["ABS_DATA_DIR"] == os.environ["ABS_DATA_DIR"]
+    assert "***" in fields["env_vars"]["ABS_DATABASE_URL"] and PASSWORD not in str(fields)
+    assert statuses(ws) == {1: CheckpointStatus.COMPLETED}
+    assert ws.committed() == ws.expected_at(1) != {}
+
+    # cycle 2: processing fails on both tries; barriers are injected before and after the failure
+    assert inject(dags, ws, 1) == 2
+    monkeypatch.setenv("ABS_FAULTS", "epoch.compute=raise")
+    failed = epochs.test()
+    monkeypatch.delenv("ABS_FAULTS")
+    assert failed.state == "failed"
+    assert task_states("abs_wordcount_epochs", failed.run_id) == {
+        "process_epochs": ("failed", 2), "finalize": ("upstream_failed", 0)}
+    assert inject(dags, ws, 2) == 3
+    assert inject(dags, ws, 3) == 4
+    assert statuses(ws) == {1: "COMPLETED", 2: "PENDING", 3: "PENDING", 4: "PENDING"}
+    assert ws.committed() == ws.expected_at(1)  # nothing of the failed run reached the sink
+
+    # cycle 3: one run processes the three pending epochs, in order, and commits them
+    assert epochs.test().state == "success"
+    history = {r["checkpoint_id"]: r for r in ws.store.history(ws.job.name)}
+    # retention keeps the newest 3 completed checkpoints
+    assert {cid: r["status"] for cid, r in history.items()} == {
+        1: "SUBSUMED", 2: "COMPLETED", 3: "COMPLETED", 4: "COMPLETED"}
+    assert all(history[c]["acked_tasks"] == history[c]["total_tasks"] for c in (2, 3, 4))
+    completed_at = [ws.store.checkpoint(ws.job.name, c).completed_at for c in (2, 3, 4)]
+    assert completed_at == sorted(completed_at)
+    assert ws.committed() == ws.expected_latest() == ws.expected_at(4)
+    assert barrier_events()[events_before:] == [1, 2, 3, 4]
+    out, err = capfd.readouterr()
+    assert "Spark-Submit cmd" in out + err and PASSWORD not in out + err
