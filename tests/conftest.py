@@ -6,6 +6,7 @@ PostgreSQL is never skipped: a test that needs it fails when the server is down.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -61,6 +62,8 @@ def catalog_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def spark():
+    # py4j logs "closing down" from __del__ at interpreter exit, after pytest closed the streams
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from spark_jobs.session import build_session
 
     session = build_session("absreplay-tests", 2, "local[2]")
