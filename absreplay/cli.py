@@ -17,6 +17,7 @@ from absreplay.context import job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import AbsError, UsageError
 from coordinator.jobs import REGISTRY
+from coordinator.lease import processing_lease
 from coordinator.policy import TriggerDecision
 from coordinator.settings import Settings
 
@@ -79,6 +80,9 @@ def process(
         args += ["--restore-from", str(restore_from)]
     elif not _has_pending(ctx):
         return
+    # fail fast, before a JVM starts; the application itself holds the lease for its run
+    with processing_lease(ctx.store.engine, job):
+        pass
     code = run_processing(ctx.settings, args)
     if code:
         raise typer.Exit(code)

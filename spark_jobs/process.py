@@ -17,6 +17,7 @@ from dataclasses import asdict
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import AbsError
 from coordinator.jobs import get_job
+from coordinator.lease import processing_lease
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 
@@ -50,14 +51,15 @@ def run(argv: list[str]) -> int:
     from spark_jobs.session import build_session
     from spark_jobs.snapshot import SnapshotMode
 
-    spark = build_session(f"absreplay-{job.name}", job.parallelism)
-    try:
-        report = EpochRunner(
-            spark, store, job, settings.data_dir, settings.state_uri,
-            mode=SnapshotMode(args.snapshot_mode), restore_from=args.restore_from, max_epochs=args.max_epochs,
-        ).run()
-    finally:
-        spark.stop()
+    with processing_lease(engine, job.name):
+        spark = build_session(f"absreplay-{job.name}", job.parallelism)
+        try:
+            report = EpochRunner(
+                spark, store, job, settings.data_dir, settings.state_uri,
+                mode=SnapshotMode(args.snapshot_mode), restore_from=args.restore_from, max_epochs=args.max_epochs,
+            ).run()
+        finally:
+            spark.stop()
     if args.metrics_out:
         with open(args.metrics_out, "w") as fh:
             json.dump(asdict(report), fh, indent=2)

@@ -1,0 +1,63 @@
+"""The processing lease: at most one processing run per job at a time.
+
+PostgreSQL: a session-level advisory lock, held on a dedicated connection for
+the run. SQLite: an exclusive ``flock`` on a lock file beside the database.
+Both vanish with their holder, so a killed run never leaves a stale lease; a
+second run does not wait, it stops at once with exit code 2.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Engine, func, select
+
+from coordinator.errors import UsageError
+
+
+class LeaseHeldError(UsageError):
+    def __init__(self, job: str) -> None:
+        super().__init__(
+            f"another processing run of job {job!r} holds its lease; "
+            "wait for it to finish (or for Airflow's run to end) and try again"
+        )
+
+
+def lease_key(job: str) -> int:
+    """A stable signed 64-bit key for pg_advisory_lock."""
+    return int.from_bytes(hashlib.sha256(f"absreplay:process:{job}".encode()).digest()[:8], "big", signed=True)
+
+
+@contextmanager
+def processing_lease(engine: Engine, job: str) -> Iterator[None]:
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            key = lease_key(job)
+            if not conn.execute(select(func.pg_try_advisory_lock(key))).scalar_one():
+                raise LeaseHeldError(job)
+            conn.commit()
+            try:
+                yield
+            finally:
+                conn.execute(select(func.pg_advisory_unlock(key)))
+                conn.commit()
+        return
+    database = engine.url.database
+    lock_path = Path(database + f".{job}.lock") if database and database != ":memory:" else None
+    if lock_path is None:
+        yield
+        return
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LeaseHeldError(job) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
