@@ -91,11 +91,9 @@ def isolate_airflow_home(spark_master: str = "local[2]") -> Path:
 
 
 def airflow_executable() -> str:
-    here = Path(sys.executable).parent / "airflow"
-    found = str(here) if here.exists() else shutil.which("airflow")
-    if not found:
-        raise ConfigError("the airflow command is not installed next to this Python nor on PATH")
-    return found
+    from absreplay.submit import executable
+
+    return executable("airflow")
 
 
 def migrate_airflow_db(env: dict[str, str], log: Path | None = None) -> None:

@@ -19,17 +19,15 @@ files import this module while they are parsed.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.catalog.db import parse_url
-from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, ConfigError, UsageError
+from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from coordinator.jobs import REGISTRY, get_job
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
@@ -279,11 +277,9 @@ def validate_recovery(
 
 
 def absreplay_executable() -> str:
-    here = Path(sys.executable).parent / "absreplay"
-    found = str(here) if here.exists() else shutil.which("absreplay")
-    if not found:
-        raise ConfigError("the absreplay command is not installed next to this Python nor on PATH")
-    return found
+    from absreplay.submit import executable
+
+    return executable("absreplay")
 
 
 def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:

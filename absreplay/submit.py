@@ -22,12 +22,17 @@ PROCESS_APP = Path(spark_jobs.__file__).resolve().parent / "process.py"
 LOG4J_CONFIG = PROCESS_APP.parent / "log4j2.properties"
 
 
-def spark_submit_binary() -> str:
-    here = Path(sys.executable).parent / "spark-submit"
-    found = str(here) if here.exists() else shutil.which("spark-submit")
+def executable(name: str) -> str:
+    """A command installed next to this Python (the project's virtualenv), else on PATH."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
     if not found:
-        raise ConfigError("spark-submit not found: install the project (pip install -e .) or put Spark on PATH")
+        raise ConfigError(f"{name} is not installed next to this Python nor on PATH (pip install -e .)")
     return found
+
+
+def spark_submit_binary() -> str:
+    return executable("spark-submit")
 
 
 def python_confs() -> list[str]:

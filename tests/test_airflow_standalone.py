@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -28,7 +27,7 @@ from absreplay import orchestration
 from absreplay.airflow_demo import airflow_env, airflow_executable
 from coordinator.lifecycle import FailureReason
 from coordinator.store import StateHandle
-from tests.helpers import Workspace, make_workspace
+from tests.helpers import stop_process_group, Workspace, make_workspace
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres]
 
@@ -87,28 +86,6 @@ class Airflow:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
-    """Every Airflow component runs in the standalone's process group: signal the group, then reap."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.5)
-    else:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait(10)
-
-
 @pytest.fixture
 def catalog(tmp_path: Path, pg_url: str) -> Workspace:
     """Checkpoint 1 COMPLETED, checkpoint 2 FAILED."""
@@ -157,7 +134,7 @@ def airflow(tmp_path: Path, catalog: Workspace, pg_url: str) -> Iterator[Airflow
             time.sleep(2)
         yield api
     finally:
-        stop(proc)
+        stop_process_group(proc, grace_s=30)
 
 
 def test_airflow_lists_the_dags_and_runs_the_recover_form_to_a_clear_failure(airflow: Airflow) -> None:

@@ -8,10 +8,8 @@ executor and the committed counts must equal an independent recount.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -29,7 +27,7 @@ from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from pyspark.find_spark_home import _find_spark_home  # noqa: E402
 
 from coordinator.lifecycle import CheckpointStatus  # noqa: E402
-from tests.helpers import make_workspace  # noqa: E402
+from tests.helpers import stop_process_group, make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres]
 
@@ -40,26 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 20) -> None:
-    """The JVMs may outlive their spark-class wrapper: signal the whole process group, then reap."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the wrapper, or the group never looks empty
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.5)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
 
 
 @dataclass
@@ -112,7 +90,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
         yield cluster
     finally:
         for proc in reversed(procs):
-            stop(proc)
+            stop_process_group(proc)
 
 
 def test_a_standalone_cluster_runs_the_epochs_dag_submission_exactly(
