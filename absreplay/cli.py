@@ -165,10 +165,20 @@ def rewind(job: str, to: Annotated[int, typer.Option("--to", help="checkpoint id
 
 
 @app.command()
-def verify(job: str, checkpoint: Annotated[int | None, typer.Option()] = None) -> None:
-    """Recompute a checkpoint's state from the sources and compare (not available yet)."""
-    job_context(job)
-    _not_available("verify")
+def verify(
+    job: str,
+    checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
+) -> None:
+    """Recompute a checkpoint's state from the sources alone and compare it with the stored snapshot."""
+    from absreplay.submit import VERIFY_APP, run_processing
+
+    ctx = job_context(job)
+    if checkpoint is not None:
+        ctx.store.checkpoint(job, checkpoint)  # an unknown id: exit 2 before starting Spark
+    args = [job] + (["--checkpoint", str(checkpoint)] if checkpoint is not None else [])
+    code = run_processing(ctx.settings, args, VERIFY_APP)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -19,6 +19,7 @@ from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
 
 PROCESS_APP = Path(spark_jobs.__file__).resolve().parent / "process.py"
+VERIFY_APP = PROCESS_APP.parent / "verify.py"
 LOG4J_CONFIG = PROCESS_APP.parent / "log4j2.properties"
 
 
@@ -42,7 +43,7 @@ def python_confs() -> list[str]:
     ]
 
 
-def submit_command(settings: Settings, app_args: list[str]) -> list[str]:
+def submit_command(settings: Settings, app_args: list[str], app: Path = PROCESS_APP) -> list[str]:
     return [
         spark_submit_binary(),
         "--master", settings.spark_master,
@@ -53,15 +54,15 @@ def submit_command(settings: Settings, app_args: list[str]) -> list[str]:
         # the code reaches a cluster's driver and executors the way the DAG ships it
         "--py-files", str(build_pyfiles_zip(settings.home / "pyfiles")),
         *python_confs(),
-        str(PROCESS_APP),
+        str(app),
         *app_args,
     ]
 
 
-def run_processing(settings: Settings, app_args: list[str]) -> int:
-    """Run the application in the foreground; returns its exit code."""
+def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_APP) -> int:
+    """Run a Spark application of the project in the foreground; returns its exit code."""
     env = {**os.environ, **settings.as_env(), "PYSPARK_PYTHON": sys.executable}
     try:
-        return subprocess.run(submit_command(settings, app_args), env=env).returncode
+        return subprocess.run(submit_command(settings, app_args, app), env=env).returncode
     except OSError as exc:
         raise AbsError(f"could not start spark-submit: {exc}") from None

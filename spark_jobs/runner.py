@@ -114,13 +114,28 @@ class EpochRunner:
         plans = []
         for ck in pending:
             cut = self.store.cut(self.job.name, ck.checkpoint_id)
-            segments = self.store.segments_between(self.job.name, prev_cut, cut)
-            offsets = [
-                (p, o) for _, p, o in dead if prev_cut.get(p, 0) <= o < cut.get(p, 0)
-            ]
-            plans.append(EpochPlan(ck.checkpoint_id, segments, offsets))
+            plans.append(self._plan_range(prev_cut, cut, ck.checkpoint_id, dead))
             prev_cut = cut
         return plans
+
+    def plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int) -> EpochPlan:
+        """The records between two cuts, as one epoch (e.g. everything before a cut, for verify)."""
+        with self.store.sessions() as s:
+            dead = s.execute(
+                select(DeadLetter.checkpoint_id, DeadLetter.partition, DeadLetter.offset).where(
+                    DeadLetter.job == self.job.name
+                )
+            ).all()
+        return self._plan_range(start, end, checkpoint_id, dead)
+
+    def _plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int, dead) -> EpochPlan:
+        segments = self.store.segments_between(self.job.name, start, end)
+        offsets = [(p, o) for _, p, o in dead if start.get(p, 0) <= o < end.get(p, 0)]
+        return EpochPlan(checkpoint_id, segments, offsets)
+
+    @property
+    def input_dir(self) -> Path:
+        return source.input_dir(self.data_dir, self.job.name)
 
     # -- restore -------------------------------------------------------------------
     def chain(self, checkpoint_id: int) -> tuple[list[keyed_state.ChainLink], int]:
