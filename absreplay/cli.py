@@ -113,16 +113,12 @@ def run(
     snapshot_mode: SnapshotMode = "async",
 ) -> None:
     """Inject, process and finalize, N times."""
-    from absreplay.submit import run_processing
-
-    ctx = job_context(job)
+    job_context(job)
     _check_mode(snapshot_mode)
     for i in range(1, cycles + 1):
         out.rule(f"cycle {i}/{cycles}")
         inject(job)
-        code = run_processing(ctx.settings, [job, "--snapshot-mode", snapshot_mode])
-        if code:
-            raise typer.Exit(code)
+        process(job, snapshot_mode=snapshot_mode, restore_from=None)
         finalize(job)
 
 
