@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from coordinator import sinks, source, state_files
-from coordinator.catalog.models import DeadLetter, SourceSegment, TaskAck
+from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition
@@ -139,6 +139,3 @@ class CheckpointCoordinator:
             deleted.append(uri)
         return deleted
 
-
-def state_handles_of(acks: list[TaskAck], operator: str) -> dict[int, TaskAck]:
-    return {a.subtask: a for a in acks if a.operator == operator}
