@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -91,3 +92,10 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 20) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (services of this machine hold the defaults)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,19 +26,13 @@ from absreplay import orchestration
 from absreplay.airflow_demo import airflow_env, airflow_executable
 from coordinator.lifecycle import FailureReason
 from coordinator.store import StateHandle
-from tests.helpers import stop_process_group, Workspace, make_workspace
+from tests.helpers import free_port, stop_process_group, Workspace, make_workspace
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres]
 
 DAG = "abs_wordcount_recover"
 READY_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 240
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -27,17 +26,11 @@ from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from pyspark.find_spark_home import _find_spark_home  # noqa: E402
 
 from coordinator.lifecycle import CheckpointStatus  # noqa: E402
-from tests.helpers import stop_process_group, make_workspace  # noqa: E402
+from tests.helpers import free_port, stop_process_group, make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres]
 
 READY_TIMEOUT_S = 180
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
