@@ -124,6 +124,13 @@ def barrier_asset_uri(job: str) -> str:
     return f"absreplay://{job}/barriers"
 
 
+def barrier_asset(job: str):
+    """The asset the barriers DAG emits and the epochs DAG is scheduled on: one definition for both."""
+    from airflow.sdk import Asset
+
+    return Asset(name=barrier_asset_name(job), uri=barrier_asset_uri(job), group="absreplay")
+
+
 def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
     """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it."""
     from absreplay.views import format_cut

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.sdk import DAG, Asset, dag, task
+from airflow.sdk import DAG, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from absreplay import orchestration
@@ -38,11 +38,7 @@ Audit: `SELECT * FROM snapshot_history WHERE job = '{job}'`.
 
 
 def barriers_dag(job: JobDefinition) -> DAG:
-    asset = Asset(
-        name=orchestration.barrier_asset_name(job.name),
-        uri=orchestration.barrier_asset_uri(job.name),
-        group="absreplay",
-    )
+    asset = orchestration.barrier_asset(job.name)
 
     @dag(
         dag_id=f"abs_{job.name}_barriers",

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, Asset, Param, dag, task
+from airflow.sdk import DAG, Param, dag, task
 
 from absreplay import orchestration
 from absreplay.submit import PROCESS_APP
@@ -45,11 +45,7 @@ Param `snapshot_mode`: `async` (ABS, default), `sync` (stop-the-world) or `none`
 
 
 def epochs_dag(job: JobDefinition) -> DAG:
-    asset = Asset(
-        name=orchestration.barrier_asset_name(job.name),
-        uri=orchestration.barrier_asset_uri(job.name),
-        group="absreplay",
-    )
+    asset = orchestration.barrier_asset(job.name)
 
     @dag(
         dag_id=f"abs_{job.name}_epochs",
