@@ -4,6 +4,7 @@
     ack from every task          -> COMPLETED   (only through ``complete``)
     decline / timeout / error    -> FAILED(reason)
     newer completed + retention  -> SUBSUMED
+    recovery/rewind to older     -> SUPERSEDED  (pending or completed after the restored one)
 
 States, inputs and results are enums; ``TRANSITIONS`` is the one table of
 allowed moves. The store applies these rules to catalog rows; the caller does
@@ -23,12 +24,15 @@ class CheckpointStatus(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     SUBSUMED = "SUBSUMED"
+    #: replaced by a recovery or rewind to an older checkpoint: its epochs are reprocessed
+    SUPERSEDED = "SUPERSEDED"
 
 
 class CheckpointEvent(StrEnum):
     COMPLETE = "COMPLETE"
     FAIL = "FAIL"
     SUBSUME = "SUBSUME"
+    SUPERSEDE = "SUPERSEDE"
 
 
 class FailureReason(StrEnum):
@@ -60,12 +64,16 @@ class SinkTxnStatus(StrEnum):
     STAGED = "STAGED"
     COMMITTED = "COMMITTED"
     ABORTED = "ABORTED"
+    #: nothing written: the sink's high-water marks already cover every record of the txn (a replay)
+    DEDUPLICATED = "DEDUPLICATED"
 
 
 TRANSITIONS: dict[tuple[CheckpointStatus, CheckpointEvent], CheckpointStatus] = {
     (CheckpointStatus.PENDING, CheckpointEvent.COMPLETE): CheckpointStatus.COMPLETED,
     (CheckpointStatus.PENDING, CheckpointEvent.FAIL): CheckpointStatus.FAILED,
     (CheckpointStatus.COMPLETED, CheckpointEvent.SUBSUME): CheckpointStatus.SUBSUMED,
+    (CheckpointStatus.PENDING, CheckpointEvent.SUPERSEDE): CheckpointStatus.SUPERSEDED,
+    (CheckpointStatus.COMPLETED, CheckpointEvent.SUPERSEDE): CheckpointStatus.SUPERSEDED,
 }
 
 

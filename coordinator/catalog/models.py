@@ -13,7 +13,9 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     ForeignKeyConstraint,
+    Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -97,6 +99,10 @@ class Checkpoint(Base):
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     subsumed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    superseded_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: set on a checkpoint created by a recovery/rewind: it re-does the epoch that ended at this checkpoint's cut
+    replay_of: Mapped[int | None] = mapped_column(BigInteger)
+    recovery_id: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SourceSegment(Base):
@@ -196,4 +202,110 @@ class WordcountCount(Base):
 
     word: Mapped[str] = mapped_column(String(512), primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class Recovery(Base):
+    """One `recover` or `rewind`: from which checkpoint, how, and how it ended."""
+
+    __tablename__ = "recoveries"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))  # recover | rewind
+    mode: Mapped[str] = mapped_column(String(16))  # full | partial
+    #: the checkpoint asked for (None: latest completed) and the one restored (differs after --fallback)
+    requested_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    from_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    #: the newest checkpoint completed by the run that resumed after the restore
+    to_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
+    superseded: Mapped[int] = mapped_column(Integer, default=0)
+    back_edge_records: Mapped[int] = mapped_column(BigInteger, default=0)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    result: Mapped[str] = mapped_column(String(16))  # RUNNING | SUCCEEDED | FAILED
+    detail: Mapped[str | None] = mapped_column(Text)
+
+
+class SinkWatermark(Base):
+    """A sink's high-water mark per source partition, written in the transaction of its output."""
+
+    __tablename__ = "sink_watermarks"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sink: Mapped[str] = mapped_column(String(64), primary_key=True)
+    partition: Mapped[str] = mapped_column(String(255), primary_key=True)
+    #: every record of the partition below this offset is in the sink's output
+    offset: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+
+
+class RecordId(Base):
+    """The exact id store behind the Bloom filters: ids seen per event-time window."""
+
+    __tablename__ = "record_ids"
+    __table_args__ = (
+        ForeignKeyConstraint(["job"], ["jobs.name"]),
+        Index("ix_record_ids_job_window", "job", "window_start"),
+    )
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    record_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
+    partition: Mapped[str] = mapped_column(String(255))
+    offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class IdFilter(Base):
+    """One event-time window's Bloom filter (bit array), in front of ``record_ids``."""
+
+    __tablename__ = "id_filters"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    window_start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    bits: Mapped[bytes] = mapped_column(LargeBinary)
+    items: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class IdWatermark(Base):
+    """A job's event-time watermark: windows below it are garbage-collected, later records there are late."""
+
+    __tablename__ = "id_watermarks"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    watermark: Mapped[int] = mapped_column(BigInteger)
+    max_event_time: Mapped[int] = mapped_column(BigInteger)
+
+
+class BackEdgeLog(Base):
+    """Back-edge log n of one loop-tail subtask: records in flight on the back-edge at barrier n."""
+
+    __tablename__ = "back_edge_logs"
+    __table_args__ = (
+        ForeignKeyConstraint(["job", "checkpoint_id"], ["checkpoints.job", "checkpoints.checkpoint_id"]),
+    )
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    checkpoint_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    operator: Mapped[str] = mapped_column(String(64), primary_key=True)
+    subtask: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uri: Mapped[str | None] = mapped_column(Text)
+    records: Mapped[int] = mapped_column(BigInteger, default=0)
+    bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    checksum: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class CcLabel(Base):
+    """The connected_components sink: each vertex's component (the smallest vertex id in it)."""
+
+    __tablename__ = "cc_labels"
+
+    vertex: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    component: Mapped[int] = mapped_column(BigInteger)
     checkpoint_id: Mapped[int] = mapped_column(BigInteger)
