@@ -138,26 +138,70 @@ def checkpoints(
     out.print(views.history_table(job, rows))
 
 
-def _not_available(what: str) -> None:
-    raise AbsError(f"{what} is not available in this version of ABS Replay yet (tracked as the recovery issue)")
+Fallback = Annotated[
+    bool, typer.Option("--fallback", help="if a state file is missing or corrupt, use the previous completed checkpoint")
+]
 
 
 @app.command()
 def recover(
     job: str,
     checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
-    mode: Annotated[str, typer.Option(help="full or partial")] = "full",
+    mode: Annotated[str, typer.Option(help="full (every task) or partial (failed tasks and their upstream)")] = "full",
+    fallback: Fallback = False,
+    snapshot_mode: SnapshotMode = "async",
 ) -> None:
-    """Restore a job from a checkpoint and resume (not available yet)."""
-    job_context(job)
-    _not_available("recover")
+    """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes)."""
+    if mode not in ("full", "partial"):
+        raise UsageError(f"--mode must be full or partial, not {mode!r}")
+    _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode))
 
 
 @app.command()
-def rewind(job: str, to: Annotated[int, typer.Option("--to", help="checkpoint id")]) -> None:
-    """Reprocess every epoch after a checkpoint (not available yet)."""
-    job_context(job)
-    _not_available("rewind")
+def rewind(
+    job: str,
+    to: Annotated[int, typer.Option("--to", help="checkpoint id: every epoch after it is processed again")],
+    fallback: Fallback = False,
+    snapshot_mode: SnapshotMode = "async",
+) -> None:
+    """Reprocess every epoch after a checkpoint (e.g. after a bug fix): later checkpoints are
+    superseded and the sink's later output is replaced, not duplicated."""
+    _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode))
+
+
+def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str) -> None:
+    from absreplay.submit import run_processing
+    from coordinator import recovery
+
+    ctx = job_context(job)
+    target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
+    with processing_lease(ctx.store.engine, job):  # fail fast (exit 2) if a run holds the job
+        pass
+    out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
+    args = [job, f"--{kind}", "--checkpoint", str(target), "--mode", mode, "--snapshot-mode", snapshot_mode]
+    code = run_processing(ctx.settings, args + (["--fallback"] if fallback else []))
+    rows = recovery.history(ctx.store, job)
+    if rows:
+        out.print(views.recovery_line(rows[-1]))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def recoveries(
+    job: str,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+) -> None:
+    """The recoveries and rewinds of a job (the recoveries table)."""
+    from coordinator import recovery
+
+    ctx = job_context(job)
+    rows = recovery.history(ctx.store, job)
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row, default=str) + "\n")
+        return
+    out.print(views.recoveries_table(job, rows))
 
 
 @app.command()

@@ -231,11 +231,14 @@ class RecoveryRequest:
     checkpoint_id: int
     mode: str
     rewind: bool
+    fallback: bool = False
 
     def cli_args(self) -> list[str]:
         if self.rewind:
-            return ["rewind", self.job, "--to", str(self.checkpoint_id)]
-        return ["recover", self.job, "--checkpoint", str(self.checkpoint_id), "--mode", self.mode]
+            args = ["rewind", self.job, "--to", str(self.checkpoint_id)]
+        else:
+            args = ["recover", self.job, "--checkpoint", str(self.checkpoint_id), "--mode", self.mode]
+        return args + (["--fallback"] if self.fallback else [])
 
 
 class RecoveryCommandError(AbsError):
@@ -247,7 +250,7 @@ class RecoveryCommandError(AbsError):
 
 
 def validate_recovery(
-    settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any
+    settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any = False
 ) -> dict[str, Any]:
     """Check a recovery request against the catalog (reads only) and pin the checkpoint it restores."""
     get_job(job)
@@ -255,6 +258,8 @@ def validate_recovery(
         raise UsageError(f"mode must be one of {', '.join(RECOVERY_MODES)}, not {mode!r}")
     if not isinstance(rewind, bool):
         raise UsageError(f"rewind must be true or false, not {rewind!r}")
+    if not isinstance(fallback, bool):
+        raise UsageError(f"fallback must be true or false, not {fallback!r}")
     if rewind and mode != "full":
         raise UsageError("rewind reprocesses every task from the checkpoint: use mode 'full' with rewind")
     if checkpoint is not None and (isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or checkpoint < 1):
@@ -280,7 +285,16 @@ def validate_recovery(
         )
     if status is CheckpointStatus.PENDING:
         raise CheckpointNotFoundError(job, checkpoint, "is still PENDING: not every task has acknowledged it")
-    return asdict(RecoveryRequest(job, checkpoint, mode, rewind))
+    if status is CheckpointStatus.SUPERSEDED:
+        raise CheckpointNotFoundError(
+            job, checkpoint, "is SUPERSEDED: a recovery or rewind replaced it (see the recoveries table)"
+        )
+    from coordinator import recovery
+
+    with _store(settings) as store:  # what the command line itself checks (e.g. partial needs the latest)
+        recovery.validate(store, job, recovery.RecoveryKind("rewind" if rewind else "recover"),
+                          recovery.RecoveryMode(mode), checkpoint)
+    return asdict(RecoveryRequest(job, checkpoint, mode, rewind, fallback))
 
 
 def absreplay_executable() -> str:
@@ -297,6 +311,7 @@ def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
     proc = subprocess.run(
         [absreplay_executable(), *args], env=env, capture_output=True, text=True, timeout=RECOVERY_TIMEOUT_S
     )
+    print(f"$ absreplay {' '.join(args)}\n{proc.stdout}", flush=True)
     if proc.returncode:
         message = " ".join(proc.stderr.split()).removeprefix("error: ") or f"no message; stdout: {proc.stdout[-500:]}"
         raise RecoveryCommandError(args, proc.returncode, message)

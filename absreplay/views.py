@@ -65,3 +65,24 @@ def finalize_line(job: str, r: FinalizeReport) -> str:
         f"{job}: committed {ids(r.committed)}; aborted {ids(r.aborted)}; expired {ids(r.expired)}; "
         f"subsumed {ids(r.subsumed)}; deleted {len(r.deleted_dirs)} state dir(s)"
     )
+
+
+def recovery_line(r: dict) -> str:
+    return (
+        f"recovery #{r['id']} ({r['kind']}, {r['mode']}): {r['result']}; restored {r['from_checkpoint_id'] or '-'}, "
+        f"now at {r['to_checkpoint_id'] or '-'}, superseded {r['superseded']}"
+        + (f"\n  {r['detail']}" if r["detail"] else "")
+    )
+
+
+def recoveries_table(job: str, rows: list[dict]) -> Table:
+    table = Table(title=f"recoveries of {job}")
+    for col in ("id", "kind", "mode", "asked", "restored", "now at", "superseded", "started", "result", "detail"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            str(r["id"]), r["kind"], r["mode"], str(r["requested_checkpoint_id"] or "latest"),
+            str(r["from_checkpoint_id"] or "-"), str(r["to_checkpoint_id"] or "-"), str(r["superseded"]),
+            str(r["started_at"])[:19], r["result"], (r["detail"] or "")[:80],
+        )
+    return table

@@ -1,8 +1,10 @@
 """Named fault points, for tests and for rehearsing outages.
 
-Arm them with ``ABS_FAULTS``, a comma-separated list of ``point[@checkpoint]=action``:
+Arm them with ``ABS_FAULTS``, a comma-separated list of ``point[@checkpoint][/k]=action``
+(``/k``: only the k-th time the point is reached for that checkpoint, e.g. after k acks):
 
     ABS_FAULTS="epoch.compute@3=kill"          SIGKILL the whole process group in epoch 3
+    ABS_FAULTS="snapshot.after_ack@3/1=kill"   SIGKILL after 1 of checkpoint 3's task acks
     ABS_FAULTS="snapshot.before_ack=sleep:30"  pause 30 s after state is written, before acks
     ABS_FAULTS="finalize.before_commit=raise"  raise InjectedFault
 
@@ -25,8 +27,12 @@ POINTS = frozenset(
         "inject.after_cut",
         "epoch.compute",
         "snapshot.before_ack",
+        "snapshot.after_ack",
         "finalize.before_commit",
+        "sink.mid_commit",
         "gc.before_delete",
+        "recovery.restore",
+        "recovery.after_reset",
     }
 )
 
@@ -35,26 +41,32 @@ class InjectedFault(AbsError):
     """Raised by a fault point armed with ``raise``."""
 
 
-def _armed(env: str) -> dict[tuple[str, int | None], str]:
+def _armed(env: str) -> dict[tuple[str, int | None, int | None], str]:
     armed = {}
     for item in filter(None, (x.strip() for x in env.split(","))):
         spec, _, action = item.partition("=")
+        spec, _, step = spec.partition("/")
         name, _, ck = spec.partition("@")
         if name not in POINTS:
             raise ValueError(f"ABS_FAULTS names unknown fault point {name!r}; known: {', '.join(sorted(POINTS))}")
-        armed[(name, int(ck) if ck else None)] = action
+        armed[(name, int(ck) if ck else None, int(step) if step else None)] = action
     return armed
 
 
-def fault_point(name: str, checkpoint_id: int | None = None) -> None:
+def fault_point(name: str, checkpoint_id: int | None = None, step: int | None = None) -> None:
     env = os.environ.get("ABS_FAULTS")
     if not env:
         return
     armed = _armed(env)
-    action = armed.get((name, checkpoint_id)) or armed.get((name, None))
+    action = next(
+        (armed[k] for k in ((name, checkpoint_id, step), (name, None, step), (name, checkpoint_id, None),
+                            (name, None, None)) if k in armed),
+        None,
+    )
     if not action:
         return
     where = f"{name}@{checkpoint_id}" if checkpoint_id is not None else name
+    where += f"/{step}" if step is not None else ""
     print(f"ABS fault point {where}: {action}", file=sys.stderr, flush=True)
     if action == "kill":
         os.killpg(os.getpgid(0), signal.SIGKILL)

@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session
 
+from coordinator import back_edge_logs
 from coordinator.catalog.db import session_factory
 from coordinator.catalog.models import (
     Checkpoint,
@@ -128,6 +129,10 @@ class CheckpointStore:
         job = s.execute(select(Job).where(Job.name == name).with_for_update()).scalar_one()
         return job
 
+    def lock_job(self, s: Session, name: str) -> Job:
+        """Lock the job row in ``s`` (what triggers and acks serialize on), for callers outside the store."""
+        return self._lock_job(s, name)
+
     # -- trigger ----------------------------------------------------------
     def trigger(self, job_name: str, build_cut: CutBuilder, now: datetime | None = None) -> TriggerOutcome:
         """Inject barrier n: allocate the next id, record the cut, checkpoint PENDING."""
@@ -172,6 +177,18 @@ class CheckpointStore:
         """Several tasks' acks in one transaction (each with the result a lone ack would get)."""
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
+            tasks = self._task_names(s, job_name)
+            return [self._ack(s, job_name, checkpoint_id, h, tasks) for h in handles]
+
+    def ack_many_with_back_edge_logs(self, job_name: str, checkpoint_id: int, handles: list[StateHandle],
+                                     logs: list[back_edge_logs.BackEdgeLogHandle]) -> list[AckResult]:
+        """``ack_many`` for tasks of a loop: their part of back-edge log n is recorded in the same
+        transaction, so a checkpoint that completes always has its log (only while it is PENDING)."""
+        with self.sessions.begin() as s:
+            self._lock_job(s, job_name)
+            ck = s.get(Checkpoint, (job_name, checkpoint_id))
+            if ck is not None and ck.status == CheckpointStatus.PENDING:
+                back_edge_logs.record(s, job_name, checkpoint_id, logs)
             tasks = self._task_names(s, job_name)
             return [self._ack(s, job_name, checkpoint_id, h, tasks) for h in handles]
 
@@ -373,16 +390,22 @@ class CheckpointStore:
             ).mappings()
             return [dict(r) for r in rows]
 
-    def begin_attempt(self, job_name: str, checkpoint_ids: list[int], snapshot_mode: str) -> None:
+    def begin_attempt(self, job_name: str, checkpoint_ids: list[int], snapshot_mode: str,
+                      keep: dict[int, set[int]] | None = None) -> None:
         """A processing run takes these PENDING checkpoints: a dead attempt's acks are dropped
-        (this run acks afresh) and the snapshot mode is recorded."""
+        (this run acks afresh) and the snapshot mode is recorded. ``keep`` (partial recovery):
+        checkpoint -> subtask indexes whose acks stay (those tasks do not run again)."""
+        keep = keep or {}
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
             for checkpoint_id in checkpoint_ids:
                 ck = s.get(Checkpoint, (job_name, checkpoint_id))
                 if ck is None or ck.status != CheckpointStatus.PENDING:
                     continue
-                s.execute(delete(TaskAck).where(TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id))
+                s.execute(delete(TaskAck).where(
+                    TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id,
+                    TaskAck.subtask.not_in(sorted(keep.get(checkpoint_id, ()))),
+                ))
                 ck.snapshot_mode = snapshot_mode
 
 

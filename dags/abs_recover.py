@@ -31,9 +31,12 @@ Manual only. Fill in the form:
   high-water marks are discarded).
 - **rewind** — reprocess every epoch after the checkpoint (e.g. after a bug
   fix): the sinks' later output is replaced, not duplicated. Needs mode `full`.
+- **fallback** — if a state file of the checkpoint is missing or corrupt,
+  recover from the previous completed checkpoint instead (the recovery row says so).
 
 The run calls `absreplay recover {job} --checkpoint N --mode M` or
-`absreplay rewind {job} --to N`; the recovery is audited in the catalog.
+`absreplay rewind {job} --to N`; the recovery is audited in the catalog
+(`absreplay recoveries {job}`, or `SELECT * FROM recoveries`).
 Find checkpoint ids with `absreplay checkpoints {job}` or the `snapshot_history` view.
 """
 
@@ -49,6 +52,8 @@ PARAMS = {
                   description="full: restart every task; partial: only failed tasks and their upstream."),
     "rewind": Param(False, type="boolean", title="Rewind",
                     description="Reprocess every epoch after the checkpoint, replacing the sinks' later output."),
+    "fallback": Param(False, type="boolean", title="Fallback",
+                      description="If a state file is missing or corrupt, recover from the previous completed checkpoint."),
 }
 
 
@@ -69,7 +74,8 @@ def recover_dag(job: JobDefinition) -> DAG:
         def validate_request(params: dict[str, Any] | None = None) -> dict[str, Any]:
             assert params is not None
             request = orchestration.run_in_task(
-                orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"]
+                orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"],
+                params.get("fallback", False),
             )
             print(f"recovery request: {request}")
             return request

@@ -32,8 +32,12 @@ class SubtaskStats:
     checksum: str
 
 
+def subtask_of(key: str, parallelism: int) -> F.Column:
+    return F.pmod(F.hash(F.col(key)), F.lit(parallelism))
+
+
 def with_subtask(df: DataFrame, key: str, parallelism: int) -> DataFrame:
-    return df.withColumn(SUBTASK, F.pmod(F.hash(F.col(key)), F.lit(parallelism)))
+    return df.withColumn(SUBTASK, subtask_of(key, parallelism))
 
 
 def format_checksum(value: int | None) -> str | None:
@@ -59,9 +63,15 @@ def stats_from_metrics(metrics: dict, groups: int) -> dict[int, SubtaskStats]:
     }
 
 
-def write_snapshot(df: DataFrame, operator_uri: str) -> None:
-    """Write rows (with a subtask column) as <operator_uri>/subtask=<i>/part-*.parquet."""
-    df.write.mode("overwrite").partitionBy(SUBTASK).parquet(operator_uri)
+def write_snapshot(df: DataFrame, operator_uri: str, only_written_subtasks: bool = False) -> None:
+    """Write rows (with a subtask column) as <operator_uri>/subtask=<i>/part-*.parquet.
+
+    ``only_written_subtasks``: replace only the subtask directories written now and keep the
+    others (a partial recovery keeps the files of the subtasks that had acked)."""
+    writer = df.write.mode("overwrite").partitionBy(SUBTASK)
+    if only_written_subtasks:
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    writer.parquet(operator_uri)
 
 
 def bytes_under(spark: SparkSession, uri: str) -> int:

@@ -2,6 +2,7 @@
 
     spark-submit spark_jobs/process.py JOB [--snapshot-mode async|sync|none]
                                            [--restore-from N] [--metrics-out FILE]
+                                           [--recover|--rewind [--checkpoint N] [--mode full|partial] [--fallback]]
 
 Settings come from the environment (ABS_DATABASE_URL, ABS_DATA_DIR,
 ABS_STATE_URI). Exit codes: 0 ok, 2 bad input, 1 failure.
@@ -14,10 +15,12 @@ import json
 import sys
 from dataclasses import asdict
 
+from coordinator import recovery
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import AbsError
 from coordinator.jobs import get_job
 from coordinator.lease import processing_lease
+from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 
@@ -29,6 +32,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--restore-from", type=int, default=None)
     parser.add_argument("--max-epochs", type=int, default=None)
     parser.add_argument("--metrics-out", default=None)
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--recover", action="store_const", const="recover", dest="recovery")
+    kind.add_argument("--rewind", action="store_const", const="rewind", dest="recovery")
+    parser.add_argument("--checkpoint", type=int, default=None)
+    parser.add_argument("--mode", choices=["full", "partial"], default="full")
+    parser.add_argument("--fallback", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -40,24 +49,33 @@ def run(argv: list[str]) -> int:
     ensure_migrated(engine)
     store = CheckpointStore(engine)
     store.register_job(job)
-    # nothing to do: do not pay for a SparkSession
-    latest = store.latest_completed(job.name)
-    base = args.restore_from if args.restore_from is not None else (latest.checkpoint_id if latest else 0)
-    if not store.pending_after(job.name, base):
-        print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
-        return 0
+    if args.recovery:
+        request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback)
+        recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
+    else:
+        # nothing to do: do not pay for a SparkSession
+        latest = store.latest_completed(job.name)
+        base = args.restore_from if args.restore_from is not None else (latest.checkpoint_id if latest else 0)
+        if not store.pending_after(job.name, base):
+            print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
+            return 0
 
+    from spark_jobs.recover import run_recovery
     from spark_jobs.runner import EpochRunner
     from spark_jobs.session import build_session
     from spark_jobs.snapshot import SnapshotMode
 
+    mode = SnapshotMode(args.snapshot_mode)
     with processing_lease(engine, job.name):
         spark = build_session(f"absreplay-{job.name}", job.parallelism)
         try:
-            report = EpochRunner(
-                spark, store, job, settings.data_dir, settings.state_uri,
-                mode=SnapshotMode(args.snapshot_mode), restore_from=args.restore_from, max_epochs=args.max_epochs,
-            ).run()
+            if args.recovery:
+                report = run_recovery(spark, store, job, settings, request, mode)
+            else:
+                report = EpochRunner(
+                    spark, store, job, settings.data_dir, settings.state_uri,
+                    mode=mode, restore_from=args.restore_from, max_epochs=args.max_epochs,
+                ).run()
         finally:
             spark.stop()
     if args.metrics_out:

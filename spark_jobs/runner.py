@@ -26,9 +26,10 @@ from coordinator.errors import CheckpointNotFoundError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore
-from spark_jobs import keyed_state
+from spark_jobs import back_edge_log, iterate, keyed_state
 from spark_jobs.epoch_source import read_epoch, read_lines
 from spark_jobs.operators import OPERATORS
+from spark_jobs.operators.base import is_iterative
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 
 
@@ -41,6 +42,26 @@ class EpochPlan:
     @property
     def records(self) -> int:
         return sum(s.records for s in self.segments) - len(self.dead_offsets)
+
+
+@dataclass
+class Restored:
+    """Restored operator state, verified: where it comes from and the files it was read from."""
+
+    checkpoint_id: int | None
+    state: DataFrame
+    links: list[keyed_state.ChainLink]
+    chain_length: int
+    #: subtask -> the checkpoint its state is at (later than checkpoint_id after a partial recovery)
+    heads: dict[int, int]
+    #: jobs with a loop: back-edge log of checkpoint_id (verified), the loop head's first input
+    back_edge: DataFrame | None = None
+    back_edge_records: int = 0
+
+    def behind(self, checkpoint_id: int, parallelism: int) -> frozenset[int]:
+        """Subtasks that must process epoch ``checkpoint_id`` (the others are already past it)."""
+        base = self.checkpoint_id or 0
+        return frozenset(i for i in range(parallelism) if self.heads.get(i, base) < checkpoint_id)
 
 
 @dataclass
@@ -138,15 +159,23 @@ class EpochRunner:
         return source.input_dir(self.data_dir, self.job.name)
 
     # -- restore -------------------------------------------------------------------
-    def chain(self, checkpoint_id: int) -> tuple[list[keyed_state.ChainLink], int]:
-        """The snapshot files of the state operator at ``checkpoint_id``, and the chain's length.
+    def chain(self, heads: dict[int, int]) -> tuple[list[keyed_state.ChainLink], int]:
+        """The snapshot files of the state operator, from each subtask's head checkpoint back to
+        its full snapshot, and the longest chain's length. ``heads``: subtask -> checkpoint.
 
         Links are ordered newest first per subtask; the last link of a subtask is its full snapshot."""
         op = self.job.state_operator
         links, length = [], 0
-        heads = {a.subtask: a for a in self.store.acks(self.job.name, checkpoint_id) if a.operator == op}
-        for subtask in range(self.job.parallelism):
-            ack, n = heads.get(subtask), 0
+        acks_of: dict[int, dict[int, object]] = {}
+
+        def ack_at(checkpoint_id: int, subtask: int):
+            if checkpoint_id not in acks_of:
+                acks_of[checkpoint_id] = {a.subtask: a for a in self.store.acks(self.job.name, checkpoint_id)
+                                          if a.operator == op}
+            return acks_of[checkpoint_id].get(subtask)
+
+        for subtask, head in sorted(heads.items()):
+            ack, n = ack_at(head, subtask), 0
             while ack is not None:
                 n += 1
                 if ack.state_uri:
@@ -154,36 +183,61 @@ class EpochRunner:
                                                        ack.checksum, full=ack.base_checkpoint_id is None))
                 if ack.base_checkpoint_id is None:
                     break
-                ack = next(
-                    (a for a in self.store.acks(self.job.name, ack.base_checkpoint_id) if a.operator == op and a.subtask == subtask),
-                    None,
-                )
+                ack = ack_at(ack.base_checkpoint_id, subtask)
             length = max(length, n)
         return links, length
 
-    def restore(self, checkpoint_id: int | None) -> tuple[DataFrame, list[keyed_state.ChainLink], int]:
+    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
+        """State at ``checkpoint_id``, checked file by file (StateIntegrityError names a bad one).
+
+        ``heads`` (partial recovery): subtasks whose state is at a later, pending checkpoint they
+        acked before the failure; they keep it."""
+        if heads and is_iterative(self.ops):
+            log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
+            heads = None
+        heads = {i: checkpoint_id for i in range(self.job.parallelism)} | (heads or {})
         if checkpoint_id is None:
-            return self.spark.createDataFrame([], self.ops.state_schema), [], 0
-        links, length = self.chain(checkpoint_id)
+            return Restored(None, self.spark.createDataFrame([], self.ops.state_schema), [], 0, {},
+                            *self.restore_back_edge_log(None))
+        links, length = self.chain(heads)
         state = keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism)
-        return state, links, length
+        return Restored(checkpoint_id, state, links, length, heads, *self.restore_back_edge_log(checkpoint_id))
+
+    def restore_back_edge_log(self, checkpoint_id: int | None) -> tuple[DataFrame | None, int]:
+        """Back-edge log ``checkpoint_id`` of a job with a loop, checked against the catalog, and its
+        record count; (None, 0) for an acyclic job. It is the loop head's first input on resume."""
+        if not is_iterative(self.ops):
+            return None, 0
+        if checkpoint_id is None:
+            return back_edge_log.empty(self.spark, self.ops), 0
+        return back_edge_log.restore(self.spark, self.store, self.job, self.ops, checkpoint_id)
 
     # -- the loop --------------------------------------------------------------------
-    def run(self) -> RunReport:
+    def run(self, restored: Restored | None = None) -> RunReport:
+        """Process every pending epoch after the restore point; ``restored``: state already
+        restored (and verified) by a recovery."""
         t_start = time.perf_counter()
-        restored = self.restore_point()
-        plans = self.plan(restored)
-        report = RunReport(restored_from=restored)
+        point = restored.checkpoint_id if restored else self.restore_point()
+        plans = self.plan(point)
+        report = RunReport(restored_from=point)
         if not plans:
-            log(f"{self.job.name}: no pending epochs after checkpoint {restored or 0}")
+            log(f"{self.job.name}: no pending epochs after checkpoint {point or 0}")
             return report
-        self.store.begin_attempt(self.job.name, [p.checkpoint_id for p in plans], str(self.mode))
+        p = self.job.parallelism
+        keep = {} if restored is None else {
+            plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
+        }
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], str(self.mode), keep)
         log(
-            f"{self.job.name}: restoring from checkpoint {restored or 'none'}, "
+            f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
             f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}"
         )
         t0 = time.perf_counter()
-        state, links, chain_length = self.restore(restored)
+        if restored is None:
+            restored = self.restore(point)
+        state, back_edge = restored.state, restored.back_edge
+        if back_edge is not None:
+            log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
         report.restore_s = time.perf_counter() - t0
         partitions = source.list_partitions(source.input_dir(self.data_dir, self.job.name))
         writer = SnapshotWriter(
@@ -193,13 +247,13 @@ class EpochRunner:
             ops=self.ops,
             state_uri=self.state_uri,
             mode=self.mode,
-            base=restored,
-            chain_length=chain_length,
+            base=point,
+            chain_length=restored.chain_length,
             full_every=self.store.policy(self.job.name).full_snapshot_every,
             partitions=partitions,
             # what the restored chain says about how many keys an epoch changes
-            last_full_rows=sum(link.rows for link in links if link.full),
-            last_changed_rows=self.store.sink_rows(self.job.name, restored) if restored else 0,
+            last_full_rows=sum(link.rows for link in restored.links if link.full),
+            last_changed_rows=self.store.sink_rows(self.job.name, point) if point else 0,
         )
         input_dir = source.input_dir(self.data_dir, self.job.name)
         try:
@@ -210,13 +264,21 @@ class EpochRunner:
                 else:
                     records = read_lines(self.spark, input_dir, plan.segments)
                 fault_point("epoch.compute", plan.checkpoint_id)
-                state = self.ops.step(state, records, plan.checkpoint_id).localCheckpoint(eager=True)
+                behind = restored.behind(plan.checkpoint_id, p)
+                new_state, back_edge = iterate.epoch_step(self.ops, self.job, state, back_edge, records,
+                                                          plan.checkpoint_id)
+                if len(behind) < p:
+                    # partial recovery: subtasks already past this epoch keep their state and discard its records
+                    mine = keyed_state.subtask_of(self.ops.key, p).isin(sorted(behind))
+                    new_state = new_state.where(mine).unionByName(state.where(~mine))
+                state = new_state.localCheckpoint(eager=True)
                 elapsed = time.perf_counter() - t0
                 report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
-                writer.snapshot(plan.checkpoint_id, state)
+                writer.snapshot(plan.checkpoint_id, state, None if len(behind) == p else behind, back_edge=back_edge)
                 log(
                     f"  [{i}/{len(plans)}] epoch {plan.checkpoint_id}: {plan.records:,} records "
                     f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
+                    + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
                 )
         finally:
             report.snapshots = writer.close()

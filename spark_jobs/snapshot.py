@@ -34,7 +34,7 @@ from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import FailureReason
 from coordinator.source import source_subtask
 from coordinator.store import CheckpointStore, StateHandle
-from spark_jobs import keyed_state
+from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.operators.base import SparkOperators
 
 
@@ -54,6 +54,9 @@ class SnapshotTiming:
     sink_rows: int = 0
     full: bool = True
     error: str | None = None
+    #: jobs with a loop: back-edge log n, written with the state
+    back_edge_records: int = 0
+    back_edge_bytes: int = 0
 
 
 @dataclass
@@ -80,21 +83,28 @@ class SnapshotWriter:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="abs-snapshot")
         self._in_flight: list[Future] = []
 
-    def snapshot(self, checkpoint_id: int, state: DataFrame) -> None:
-        """Take snapshot n of ``state`` (immutable). Returns once the synchronous phase is over."""
+    def snapshot(self, checkpoint_id: int, state: DataFrame, subtasks: frozenset[int] | None = None,
+                 back_edge: DataFrame | None = None) -> None:
+        """Take snapshot n of ``state`` (immutable). Returns once the synchronous phase is over.
+
+        ``subtasks``: snapshot and ack only these subtasks (a partial recovery: the others
+        acked checkpoint n before the failure and keep their files). ``back_edge``: back-edge
+        log n of a job with a loop (immutable), written and recorded with the acks."""
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
         if self.mode is SnapshotMode.NONE:
             self._write_sink_directly(checkpoint_id, state, timing)
         elif self.mode is SnapshotMode.SYNC:
-            self._write_and_ack(checkpoint_id, state, timing, stop_the_world=True)
+            self._write_and_ack(checkpoint_id, state, timing, True, subtasks, back_edge)
         else:
             # back-pressure: epoch n+1 waits while too many snapshots are still being written
             while len(self._in_flight) >= self.max_in_flight:
                 self._in_flight.pop(0).result()
             timing.sync_ms = int((time.perf_counter() - t0) * 1000)
-            self._in_flight.append(self._pool.submit(self._write_and_ack, checkpoint_id, state, timing, False))
+            self._in_flight.append(
+                self._pool.submit(self._write_and_ack, checkpoint_id, state, timing, False, subtasks, back_edge)
+            )
 
     def close(self) -> list[SnapshotTiming]:
         for fut in self._in_flight:
@@ -114,10 +124,12 @@ class SnapshotWriter:
         self.base = checkpoint_id
         timing.sink_rows = rows.num_rows
 
-    def _write_and_ack(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming, stop_the_world: bool) -> None:
+    def _write_and_ack(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming, stop_the_world: bool,
+                       subtasks: frozenset[int] | None = None, back_edge: DataFrame | None = None) -> None:
         t0 = time.perf_counter()
         try:
-            handles, full = self._write(checkpoint_id, state, timing)
+            handles, full = self._write(checkpoint_id, state, timing, subtasks)
+            logs = None if back_edge is None else self._write_back_edge_log(checkpoint_id, back_edge, timing, subtasks)
             write_ms = int((time.perf_counter() - t0) * 1000)
             if stop_the_world:
                 timing.sync_ms = write_ms
@@ -125,7 +137,7 @@ class SnapshotWriter:
                 timing.async_ms = write_ms
             handles = [replace(h, sync_ms=timing.sync_ms, async_ms=timing.async_ms) for h in handles]
             fault_point("snapshot.before_ack", checkpoint_id)
-            self.store.ack_many(self.job.name, checkpoint_id, handles)
+            self._ack(checkpoint_id, handles, logs)
         except Exception as exc:  # the checkpoint fails; processing goes on
             first = str(exc).splitlines()[0] if str(exc) else ""
             timing.error = f"{exc.__class__.__name__}: {first}"
@@ -137,11 +149,39 @@ class SnapshotWriter:
         self.base = checkpoint_id
         self.chain_length = 1 if full else self.chain_length + 1
 
-    def _write(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming) -> tuple[list[StateHandle], bool]:
+    def _ack(self, checkpoint_id: int, handles: list[StateHandle],
+             logs: list[back_edge_log.BackEdgeLogHandle] | None = None) -> None:
+        """Each subtask index acks on its own (its operators' instances together, one transaction),
+        as separate tasks would: a crash can leave k of N acked. A loop tail's subtask records its
+        part of the back-edge log in the transaction of its ack."""
+        groups = sorted({h.subtask for h in handles})
+        for k, i in enumerate(groups, 1):
+            mine = [h for h in handles if h.subtask == i]
+            if logs is None:
+                self.store.ack_many(self.job.name, checkpoint_id, mine)
+            else:
+                part = [log for log in logs if log.subtask == i]
+                self.store.ack_many_with_back_edge_logs(self.job.name, checkpoint_id, mine, part)
+            if k < len(groups):
+                fault_point("snapshot.after_ack", checkpoint_id, k)
+
+    def _write_back_edge_log(self, checkpoint_id: int, back_edge: DataFrame, timing: SnapshotTiming,
+                             subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:
+        logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id)
+        if subtasks is not None:
+            logs = [log for log in logs if log.subtask in subtasks]
+        timing.back_edge_records = sum(log.records for log in logs)
+        timing.back_edge_bytes = sum(log.bytes for log in logs)
+        return logs
+
+    def _write(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming,
+               subtasks: frozenset[int] | None = None) -> tuple[list[StateHandle], bool]:
         p = self.job.parallelism
         full = self._next_is_full()
         rows = state if full else self._changed_since_base(state)
         snap = keyed_state.with_subtask(rows, self.ops.key, p)
+        if subtasks is not None:
+            snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(subtasks)))
         changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
         observation = Observation(f"snapshot-{checkpoint_id}")
         observed = snap.observe(
@@ -150,7 +190,7 @@ class SnapshotWriter:
             F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
         )
         op_uri = state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, self.job.state_operator)
-        keyed_state.write_snapshot(observed, op_uri)
+        keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=subtasks is not None)
         metrics = observation.get
         stats = keyed_state.stats_from_metrics(metrics, p)
         changed = int(metrics["changed"] or 0)
@@ -173,6 +213,8 @@ class SnapshotWriter:
             )
         # the sink is forward-connected to the keyed operator: its subtask i stages subtask i's rows
         handles += [StateHandle(operator=self.job.sink_operator, subtask=i, state_uri=op_uri) for i in range(p)]
+        if subtasks is not None:
+            handles = [h for h in handles if h.subtask in subtasks]
         timing.full = full
         if full:
             self.last_full_rows = sum(s.rows for s in stats.values())

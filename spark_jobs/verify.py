@@ -8,6 +8,13 @@ operators over every record before the checkpoint's cut, from empty state, in
 one epoch. They are compared per subtask on (key, values) — checksums first,
 then, where they differ, row by row. Exit 0 when equal, 1 with the first
 differences, 2 for bad input.
+
+A job with a loop (connected_components) stores, at checkpoint n, state n and
+back-edge log n, and state n alone depends on how many rounds each epoch ran.
+What the pair means does not: fed back into the loop and run until nothing
+circulates, it must give exactly the fixpoint of every record before the cut.
+So the stored side is state n with log n run to quiescence, and the recomputed
+side is the job's ``step`` (the loop run to its fixpoint) over the records.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from coordinator.jobs import JobDefinition, get_job
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
-from spark_jobs import keyed_state
+from spark_jobs import iterate, keyed_state
 from spark_jobs.epoch_source import read_epoch
 from spark_jobs.runner import EpochRunner
 
@@ -66,7 +73,10 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
     ck = store.checkpoint(job.name, checkpoint_id)
     if ck.status != CheckpointStatus.COMPLETED:
         raise CheckpointNotFoundError(job.name, checkpoint_id, f"is {ck.status}; only COMPLETED checkpoints can be verified")
-    stored, _, _ = runner.restore(checkpoint_id)
+    restored = runner.restore(checkpoint_id)
+    stored = restored.state
+    if restored.back_edge is not None:
+        stored = iterate.quiesce(runner.ops, stored, restored.back_edge, checkpoint_id)
     cut = store.cut(job.name, checkpoint_id)
     plan = runner.plan_range({}, cut, checkpoint_id)
     records = read_epoch(spark, runner.input_dir, plan.segments, plan.dead_offsets)

@@ -7,6 +7,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,14 @@ class Workspace:
         )
         return runner.run()
 
+    def cycle(self, spark, batch: int) -> int:
+        """Land a batch, inject, process, finalize: one whole cycle, in this process. Returns lines landed."""
+        landed = self.land(batch)
+        self.coordinator.inject()
+        self.run_epochs(spark)
+        self.coordinator.finalize()
+        return landed
+
     def env(self) -> dict[str, str]:
         return self.settings.as_env()
 
@@ -99,3 +109,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
+
+
+def start(ws, *args: str, faults: str = "") -> subprocess.Popen:
+    env = {**os.environ, **ws.env(), "ABS_SPARK_MASTER": "local[2]", "ABS_FAULTS": faults}
+    return subprocess.Popen(
+        [ABSREPLAY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+
+
+def kill_when(proc: subprocess.Popen, marker: str, timeout: float = 240) -> str:
+    """Read the output until ``marker`` appears, then SIGKILL the process group."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def pump() -> None:
+        for line in proc.stdout:
+            seen.append(line)
+            if marker in line:
+                found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    assert found.wait(timeout), f"never reached {marker!r}:\n{''.join(seen[-40:])}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return "".join(seen)
+
+
+def run_ok(ws, *args: str) -> str:
+    proc = start(ws, *args)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    return out
+
+
+def lost_and_duplicated(expected: dict[str, int], got: dict[str, int]) -> tuple[int, int]:
+    """The exactly-once checker: word occurrences missing from the sink, and counted too often."""
+    lost = sum(max(0, n - got.get(w, 0)) for w, n in expected.items())
+    duplicated = sum(max(0, n - expected.get(w, 0)) for w, n in got.items())
+    return lost, duplicated

@@ -1,10 +1,10 @@
 """A real Airflow (``airflow standalone`` on loopback) lists the abs_* DAGs and runs the recover DAG.
 
 Through the REST API v2: the DAGs are listed, ``abs_wordcount_recover`` is
-triggered with a Params form that passes validation (the run fails, because
-recovery is not available yet, with the command line's message in the task
-log), with an unknown checkpoint (fails at validation, no retry) and with a
-negative one (rejected by the JSON schema when triggered).
+triggered with a Params form that passes validation (the run recovers the job
+for real: spark-submit of the recovery, audited in the recoveries table), with
+an unknown checkpoint (fails at validation, no retry, the message in the task
+log) and with a negative one (rejected by the JSON schema when triggered).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from absreplay import orchestration
+from coordinator import recovery
+from coordinator.jobs import REGISTRY
 from absreplay.airflow_demo import airflow_env, airflow_executable
 from coordinator.lifecycle import FailureReason
 from coordinator.store import StateHandle
@@ -130,10 +132,10 @@ def airflow(tmp_path: Path, catalog: Workspace, pg_url: str) -> Iterator[Airflow
         stop_process_group(proc, grace_s=30)
 
 
-def test_airflow_lists_the_dags_and_runs_the_recover_form_to_a_clear_failure(airflow: Airflow) -> None:
+def test_airflow_lists_the_dags_and_recovers_from_the_form(airflow: Airflow, catalog: Workspace) -> None:
     dags = airflow.get("/dags?dag_id_pattern=abs_")["dags"]
-    assert {d["dag_id"] for d in dags} == {
-        "abs_wordcount_barriers", "abs_wordcount_epochs", "abs_wordcount_recover", "abs_maintenance"}
+    assert {d["dag_id"] for d in dags} == {"abs_maintenance"} | {
+        f"abs_{job}_{kind}" for job in REGISTRY for kind in ("barriers", "epochs", "recover")}
     assert all("absreplay" in {t["name"] for t in d["tags"]} for d in dags)
     assert airflow.get("/importErrors")["total_entries"] == 0
     status, _ = airflow.call("PATCH", f"/dags/{DAG}", {"is_paused": False})
@@ -144,16 +146,18 @@ def test_airflow_lists_the_dags_and_runs_the_recover_form_to_a_clear_failure(air
     assert status == 400, body
     assert "checkpoint" in json.dumps(body)
 
-    # valid form: validation passes, the command line's recovery entry is not available yet
+    # valid form: the recovery runs (spark-submit from the task) and is audited in the catalog
     status, run = airflow.trigger({"checkpoint": 1, "mode": "full", "rewind": False})
     assert status == 200, run
-    assert airflow.wait_for_run(run["dag_run_id"]) == "failed"
+    assert airflow.wait_for_run(run["dag_run_id"]) == "success", airflow.tail()
     tis = airflow.task_instances(run["dag_run_id"])
     assert tis["validate_request"]["state"] == "success"
-    assert tis["run_recovery"]["state"] == "failed" and tis["run_recovery"]["try_number"] == 2
-    log = airflow.task_log(run["dag_run_id"], "run_recovery", 2)
+    assert (tis["run_recovery"]["state"], tis["run_recovery"]["try_number"]) == ("success", 1)
+    log = airflow.task_log(run["dag_run_id"], "run_recovery", 1)
     assert "absreplay recover wordcount --checkpoint 1 --mode full" in log
-    assert "recover is not available in this version of ABS Replay yet" in log
+    assert "recovery #1 (recover, full): SUCCEEDED" in log
+    (row,) = recovery.history(catalog.store, "wordcount")
+    assert (row["from_checkpoint_id"], row["result"]) == (1, "SUCCEEDED")
 
     # an unknown checkpoint fails at validation, once (bad input is not retried), and says so
     status, run = airflow.trigger({"checkpoint": 999})

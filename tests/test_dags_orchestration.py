@@ -189,7 +189,7 @@ def history(ws: Workspace) -> Workspace:
 
 def test_recovery_defaults_to_the_latest_completed_checkpoint(history: Workspace) -> None:
     request = orchestration.validate_recovery(history.settings, "wordcount", None, "full", False)
-    assert request == {"job": "wordcount", "checkpoint_id": 3, "mode": "full", "rewind": False}
+    assert request == {"job": "wordcount", "checkpoint_id": 3, "mode": "full", "rewind": False, "fallback": False}
     assert orchestration.RecoveryRequest(**request).cli_args() == [
         "recover", "wordcount", "--checkpoint", "3", "--mode", "full"]
     rewind = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", True)
@@ -213,6 +213,13 @@ BAD_REQUESTS = [
 ]
 
 
+def test_a_superseded_checkpoint_cannot_be_recovered(history: Workspace) -> None:
+    with history.store.engine.begin() as c:
+        c.execute(text("UPDATE checkpoints SET status = 'SUPERSEDED' WHERE checkpoint_id = 3"))
+    with pytest.raises(UsageError, match="is SUPERSEDED: a recovery or rewind replaced it"):
+        orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False)
+
+
 def test_bad_recovery_requests_say_why_and_change_nothing(history: Workspace) -> None:
     before = catalog_snapshot(history)
     for checkpoint, mode, rewind, message in BAD_REQUESTS:
@@ -228,12 +235,16 @@ def test_recovery_needs_a_completed_checkpoint(ws: Workspace) -> None:
         orchestration.validate_recovery(ws.settings, "wordcount", None, "full", False)
 
 
-@pytest.mark.parametrize("rewind", [False, True])
-def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history: Workspace, rewind: bool) -> None:
-    request = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", rewind)
-    verb = "rewind" if rewind else "recover"
+def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history: Workspace) -> None:
+    request = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False, True)
+    assert orchestration.RecoveryRequest(**request).cli_args()[-1] == "--fallback"
+    # between validation and the run, checkpoint 3 is subsumed: the command line refuses, exit 2
+    orchestration.inject_barrier(history.settings, "wordcount")
+    complete(history, 4)
+    complete(history, 5)
+    assert 3 in history.store.subsume_beyond_retention("wordcount")
     with pytest.raises(orchestration.RecoveryCommandError,
-                       match=f"`absreplay {verb} wordcount .*` exited 1: {verb} is not available") as raised:
+                       match=r"`absreplay recover wordcount .*` exited 2: checkpoint 3 of job 'wordcount' is SUBSUMED") as raised:
         orchestration.run_recovery(history.settings, request)
-    assert raised.value.exit_code == 1
-    assert not orchestration.fails_without_retry(raised.value)
+    assert raised.value.exit_code == 2
+    assert orchestration.fails_without_retry(raised.value)

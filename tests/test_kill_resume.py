@@ -8,52 +8,13 @@ spark-submits it), in its own process group; the test kills the whole group
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_workspace
+from tests.helpers import kill_when, make_workspace, run_ok, start
 
 pytestmark = pytest.mark.spark
-ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
-
-
-def start(ws, *args: str, faults: str = "") -> subprocess.Popen:
-    env = {**os.environ, **ws.env(), "ABS_SPARK_MASTER": "local[2]", "ABS_FAULTS": faults}
-    return subprocess.Popen(
-        [ABSREPLAY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )
-
-
-def kill_when(proc: subprocess.Popen, marker: str, timeout: float = 240) -> str:
-    """Read the output until ``marker`` appears, then SIGKILL the process group."""
-    seen: list[str] = []
-    found = threading.Event()
-
-    def pump() -> None:
-        for line in proc.stdout:
-            seen.append(line)
-            if marker in line:
-                found.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    assert found.wait(timeout), f"never reached {marker!r}:\n{''.join(seen[-40:])}"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    return "".join(seen)
-
-
-def run_ok(ws, *args: str) -> str:
-    proc = start(ws, *args)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
-    return out
 
 
 @pytest.mark.parametrize(

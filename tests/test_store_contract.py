@@ -108,8 +108,12 @@ def test_consecutive_failures_ignore_disabled_snapshots(store: CheckpointStore) 
     assert store.consecutive_failures(JOB.name) == 2
 
 
+def growing_cut(_session, checkpoint_id):
+    return {"p0": 10 * checkpoint_id}, 0, 0
+
+
 def test_sink_commits_in_order_and_never_for_failed(store: CheckpointStore) -> None:
-    ids = [store.trigger(JOB.name, no_cut).checkpoint_id for _ in range(3)]
+    ids = [store.trigger(JOB.name, growing_cut).checkpoint_id for _ in range(3)]
     with store.sessions.begin() as s:
         for cid in ids:
             sinks.stage(s, JOB.name, "sink", cid, "/nonexistent/staged", None, 0)
@@ -124,6 +128,24 @@ def test_sink_commits_in_order_and_never_for_failed(store: CheckpointStore) -> N
     with store.engine.connect() as c:
         status = dict(c.execute(text("SELECT checkpoint_id, status FROM sink_transactions")).all())
     assert status == {1: SinkTxnStatus.COMMITTED, 2: SinkTxnStatus.ABORTED, 3: SinkTxnStatus.COMMITTED}
+    with store.engine.connect() as c:
+        marks = c.execute(text("SELECT partition, \"offset\", checkpoint_id FROM sink_watermarks")).all()
+    assert marks == [("p0", 30, 3)]  # the high-water mark moved with the output, in its transaction
+
+
+def test_a_replay_at_or_below_the_high_water_marks_is_deduplicated(store: CheckpointStore) -> None:
+    first = store.trigger(JOB.name, growing_cut).checkpoint_id
+    replay = store.trigger(JOB.name, lambda s, cid: ({"p0": 10}, 0, 0)).checkpoint_id  # same records as `first`
+    with store.sessions.begin() as s:
+        for cid in (first, replay):
+            sinks.stage(s, JOB.name, "sink", cid, "/nonexistent/staged", None, 0)
+    ack_all(store, first)
+    ack_all(store, replay)
+    with store.sessions.begin() as s:
+        assert sinks.settle(s, JOB.name, JOB.sink_table) == ([first, replay], [])
+    with store.engine.connect() as c:
+        status = dict(c.execute(text("SELECT checkpoint_id, status FROM sink_transactions")).all())
+    assert status == {first: SinkTxnStatus.COMMITTED, replay: SinkTxnStatus.DEDUPLICATED}
 
 
 def test_snapshot_history_view_has_the_public_columns(store: CheckpointStore) -> None:

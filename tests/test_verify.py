@@ -22,10 +22,7 @@ def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, s
 
     ws = make_workspace(tmp_path, pg_url)
     for b in range(3):
-        ws.land(b)
-        ws.coordinator.inject()
-        ws.run_epochs(spark)
-        ws.coordinator.finalize()
+        ws.cycle(spark, b)
     for checkpoint in (2, 3):
         report = verify(spark, ws.store, ws.job, ws.settings, checkpoint)
         assert report.equal, report

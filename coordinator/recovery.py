@@ -1,0 +1,234 @@
+"""Recovery and rewind in the catalog: the audited record, and the reset that lets a
+processing run resume from an older checkpoint (no Spark here).
+
+A recovery restores every task from checkpoint N, then resumes. What happens to
+the checkpoints after N depends on what they are:
+
+- PENDING ones after N (a crashed attempt) are simply processed again: their
+  half-written acks are dropped and their staged sink output is aborted;
+- if COMPLETED checkpoints follow N (recovery to an older checkpoint, or a
+  rewind), every non-failed checkpoint after N is SUPERSEDED and a *replay*
+  checkpoint with the same cut is created for each, in order, with fresh ids
+  (ids only grow). The replays are what the resumed run processes.
+
+``recover`` keeps the sink as it is: a replay whose output the sink already
+holds (its cut is at or below the sink's high-water marks) is DEDUPLICATED at
+commit, never written twice. ``rewind`` (after a bug fix) puts the sink back to
+checkpoint N first (rows written after N are reverted to N's values or
+deleted, and the high-water marks go back to N's cut) so the replays' output
+replaces the old output instead of adding to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pyarrow as pa
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from coordinator import sinks
+from coordinator.catalog.models import Checkpoint, Recovery, SinkTransaction, SourceCut, utcnow
+from coordinator.errors import CheckpointNotFoundError, UsageError
+from coordinator.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
+from coordinator.store import CheckpointStore
+
+
+class RecoveryKind(StrEnum):
+    RECOVER = "recover"
+    REWIND = "rewind"
+
+
+class RecoveryMode(StrEnum):
+    FULL = "full"
+    PARTIAL = "partial"
+
+
+class RecoveryResult(StrEnum):
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class RecoveryRequest:
+    kind: RecoveryKind
+    mode: RecoveryMode
+    #: None: the latest completed checkpoint
+    checkpoint: int | None
+    #: a missing or corrupt file moves the recovery to the previous completed checkpoint
+    fallback: bool = False
+
+
+@dataclass
+class ResetOutcome:
+    superseded: list[int] = field(default_factory=list)
+    #: new checkpoint id -> the superseded checkpoint whose epoch it re-does
+    replays: dict[int, int] = field(default_factory=dict)
+    committed: list[int] = field(default_factory=list)
+    aborted: list[int] = field(default_factory=list)
+    reverted_rows: int = 0
+
+
+def start(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode, requested: int | None) -> int:
+    """Record a recovery as RUNNING. Called under the job's processing lease, so any other
+    RUNNING row of the job belongs to a process that died: it is marked FAILED."""
+    with store.sessions.begin() as s:
+        s.execute(
+            update(Recovery)
+            .where(Recovery.job == job, Recovery.result == RecoveryResult.RUNNING)
+            .values(result=RecoveryResult.FAILED, finished_at=utcnow(), detail="interrupted: the process died")
+        )
+        row = Recovery(job=job, kind=kind, mode=mode, requested_checkpoint_id=requested, superseded=0,
+                       back_edge_records=0, result=RecoveryResult.RUNNING, started_at=utcnow())
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def finish(store: CheckpointStore, recovery_id: int, result: RecoveryResult, *, restored: int | None = None,
+           detail: str | None = None, back_edge_records: int | None = None) -> None:
+    """End the recovery row: the newest completed checkpoint is where the job now stands."""
+    with store.sessions() as s:
+        job = s.get(Recovery, recovery_id).job
+    # read before the write transaction: SQLite allows one writer, even within this process
+    latest = store.latest_completed(job)
+    with store.sessions.begin() as s:
+        row = s.get(Recovery, recovery_id)
+        row.result, row.finished_at = result, utcnow()
+        row.to_checkpoint_id = latest.checkpoint_id if latest else None
+        if restored is not None:
+            row.from_checkpoint_id = restored
+        if detail is not None:
+            row.detail = detail[:4000]
+        if back_edge_records is not None:
+            row.back_edge_records = back_edge_records
+
+
+def resolve(store: CheckpointStore, job: str, requested: int | None) -> int:
+    """The checkpoint to restore: the one asked for (it must be COMPLETED), else the latest completed."""
+    if requested is None:
+        latest = store.latest_completed(job)
+        if latest is None:
+            raise UsageError(f"job {job!r} has no completed checkpoint to recover from")
+        return latest.checkpoint_id
+    ck = store.checkpoint(job, requested)
+    if ck.status != CheckpointStatus.COMPLETED:
+        raise CheckpointNotFoundError(job, requested, f"is {ck.status}, not COMPLETED: only completed checkpoints can be restored")
+    return requested
+
+
+def previous_completed(store: CheckpointStore, job: str, before: int) -> int | None:
+    """The completed checkpoint before ``before`` (the --fallback target)."""
+    older = [c.checkpoint_id for c in store.checkpoints(job)
+             if c.status == CheckpointStatus.COMPLETED and c.checkpoint_id < before]
+    return older[-1] if older else None
+
+
+def reset_after(
+    store: CheckpointStore,
+    job: str,
+    sink_table: str,
+    sink_name: str,
+    restored: int,
+    recovery_id: int,
+    kind: RecoveryKind,
+    state_rows: pa.Table | None = None,
+) -> ResetOutcome:
+    """Settle the sinks and put the checkpoints after ``restored`` in order for the resumed run,
+    in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
+
+    ``state_rows``: for a rewind, the sink's view of checkpoint ``restored`` (sink columns and
+    ``updated``), the values rows written later are reverted to.
+    """
+    out = ResetOutcome()
+    with store.sessions.begin() as s:
+        job_row = store.lock_job(s, job)
+        # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted
+        out.committed, out.aborted = sinks.settle(s, job, sink_table)
+        later = list(s.scalars(
+            select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > restored)
+            .order_by(Checkpoint.checkpoint_id)
+        ))
+        live = [c for c in later if c.status in (CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)]
+        # staged output of checkpoints that will be processed again is aborted (re-staged by the run)
+        for txn in s.scalars(select(SinkTransaction).where(
+            SinkTransaction.job == job, SinkTransaction.checkpoint_id > restored,
+            SinkTransaction.status == SinkTxnStatus.STAGED,
+        )):
+            sinks.abort(txn)
+            out.aborted.append(txn.checkpoint_id)
+        if kind is RecoveryKind.REWIND:
+            out.reverted_rows = sinks.revert_after(s, job, sink_name, sinks.SINK_TABLES[sink_table], restored,
+                                                   store_cut(s, job, restored), state_rows)
+        if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
+            now = utcnow()
+            for ck in live:
+                ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.SUPERSEDE)
+                ck.superseded_at, ck.recovery_id = now, recovery_id
+                out.superseded.append(ck.checkpoint_id)
+            for old in live:
+                new_id = job_row.last_checkpoint_id + 1
+                job_row.last_checkpoint_id = new_id
+                s.add(Checkpoint(job=job, checkpoint_id=new_id, status=CheckpointStatus.PENDING,
+                                 total_tasks=job_row.total_tasks, triggered_at=now,
+                                 replay_of=old.checkpoint_id, recovery_id=recovery_id))
+                s.flush()
+                s.add_all(SourceCut(job=job, checkpoint_id=new_id, partition=p, offset=o)
+                          for p, o in sorted(store_cut(s, job, old.checkpoint_id).items()))
+                out.replays[new_id] = old.checkpoint_id
+        row = s.get(Recovery, recovery_id)
+        row.from_checkpoint_id, row.superseded = restored, len(out.superseded)
+    return out
+
+
+def store_cut(s: Session, job: str, checkpoint_id: int) -> dict[str, int]:
+    return dict(s.execute(
+        select(SourceCut.partition, SourceCut.offset).where(SourceCut.job == job, SourceCut.checkpoint_id == checkpoint_id)
+    ).all())
+
+
+def history(store: CheckpointStore, job: str) -> list[dict]:
+    """The job's recoveries, oldest first (also plain SQL: ``SELECT * FROM recoveries``)."""
+    with store.sessions() as s:
+        rows = s.scalars(select(Recovery).where(Recovery.job == job).order_by(Recovery.id)).all()
+        return [
+            {c: getattr(r, c) for c in ("id", "kind", "mode", "requested_checkpoint_id", "from_checkpoint_id",
+                                        "to_checkpoint_id", "superseded", "back_edge_records", "started_at",
+                                        "finished_at", "result", "detail")}
+            for r in rows
+        ]
+
+
+def partial_heads(store: CheckpointStore, job: str, operators: list[str], parallelism: int,
+                  restored: int) -> dict[int, int]:
+    """Partial recovery (paper section 5): for each subtask index whose tasks all acked the pending
+    checkpoints right after ``restored`` before the failure, the last of those it acked. Those
+    tasks did not fail: they keep their state; only the others (and, through the hash shuffle,
+    every upstream task) run again."""
+    heads: dict[int, int] = {}
+    running = set(range(parallelism))  # subtasks whose acks are contiguous so far
+    for ck in store.pending_after(job, restored):
+        acked = {(a.operator, a.subtask) for a in store.acks(job, ck.checkpoint_id)}
+        running = {i for i in running if all((op, i) in acked for op in operators)}
+        if not running:
+            break
+        heads.update(dict.fromkeys(running, ck.checkpoint_id))
+    return heads
+
+
+def validate(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode, requested: int | None) -> int:
+    """Check a request before anything starts (UsageError / CheckpointNotFoundError: exit 2);
+    returns the checkpoint it would restore."""
+    target = resolve(store, job, requested)
+    if mode is RecoveryMode.PARTIAL:
+        if kind is RecoveryKind.REWIND:
+            raise UsageError("a rewind reprocesses every task: --mode partial does not apply")
+        latest = store.latest_completed(job)
+        if latest is not None and target != latest.checkpoint_id:
+            raise UsageError(
+                f"partial recovery resumes the failed tasks from the latest completed checkpoint "
+                f"({latest.checkpoint_id}); recovering from checkpoint {target} needs --mode full"
+            )
+    return target

@@ -1,0 +1,99 @@
+"""Recovery and rewind, inside the processing application (under the job's lease).
+
+    1. record the recovery (RUNNING);
+    2. restore every task's state from checkpoint N and check every file (nothing is
+       changed yet: a missing or corrupt file stops here, or with --fallback moves to
+       the previous completed checkpoint);
+    3. settle the sinks and reset the checkpoints after N (coordinator.recovery);
+    4. resume: process every pending epoch from N's cut (replays first), then finalize;
+    5. record how it ended.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyspark.sql import SparkSession
+
+from coordinator import recovery
+from coordinator.coordinator import CheckpointCoordinator
+from coordinator.errors import StateIntegrityError
+from coordinator.faults import fault_point
+from coordinator.jobs import JobDefinition
+from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
+from coordinator.settings import Settings
+from coordinator.store import CheckpointStore
+from spark_jobs.runner import EpochRunner, Restored, RunReport, log
+from spark_jobs.snapshot import SnapshotMode
+
+
+def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition, settings: Settings,
+                 request: RecoveryRequest, snapshot_mode: SnapshotMode) -> RunReport:
+    recovery_id = recovery.start(store, job.name, request.kind, request.mode, request.checkpoint)
+    log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from checkpoint {request.checkpoint or 'latest'}")
+    try:
+        target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)
+        fault_point("recovery.restore", target)
+        runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri, mode=snapshot_mode,
+                             restore_from=target)
+        t0 = time.perf_counter()
+        restored, notes = restore_checked(runner, store, job, target, request)
+        restore_s = time.perf_counter() - t0
+        target = restored.checkpoint_id
+        state_rows = None
+        if request.kind is RecoveryKind.REWIND:
+            # the sink's view of checkpoint N, to put rows written after N back to it
+            state_rows = restored.state.select(*runner.ops.sink_columns, "updated").toArrow()
+        reset = recovery.reset_after(store, job.name, job.sink_table, job.sink_operator, target, recovery_id,
+                                     request.kind, state_rows)
+        notes.append(
+            f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
+            f"replays {sorted(reset.replays) or 'none'}; sink: committed {reset.committed or 'none'}, "
+            f"aborted {reset.aborted or 'none'}, reverted rows {reset.reverted_rows}"
+        )
+        log("  " + notes[-1])
+        if restored.back_edge is not None:
+            notes.append(f"replayed back-edge log {target}: {restored.back_edge_records:,} records first")
+        fault_point("recovery.after_reset", target)
+        runner.restore_from = target
+        report = runner.run(restored)
+        report.restore_s = restore_s  # read and verified above, before anything changed
+        final = CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri).finalize()
+        notes.append(f"resumed: {len(report.epochs)} epoch(s); committed {final.committed or 'none'}")
+        log("  " + notes[-1])
+    except BaseException as exc:
+        recovery.finish(store, recovery_id, RecoveryResult.FAILED,
+                        detail=f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        raise
+    recovery.finish(store, recovery_id, RecoveryResult.SUCCEEDED, restored=target, detail="; ".join(notes),
+                    back_edge_records=restored.back_edge_records)
+    return report
+
+
+def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinition, target: int,
+                    request: RecoveryRequest) -> tuple[Restored, list[str]]:
+    """Restore ``target`` with every file checked; with --fallback, step back to older completed
+    checkpoints while files are missing or corrupt, and say so."""
+    notes: list[str] = []
+    partial = request.mode is RecoveryMode.PARTIAL
+    while True:
+        heads = {}
+        if partial:
+            operators = [op.name for op in job.graph.operators]
+            heads = recovery.partial_heads(store, job.name, operators, job.parallelism, target)
+            kept = {i: c for i, c in heads.items() if c > target}
+            notes.append(f"partial: subtasks {sorted(kept) or 'none'} keep their state "
+                         f"({', '.join(f'#{i} at {c}' for i, c in sorted(kept.items())) or 'no acks to keep'})")
+            log("  " + notes[-1])
+        try:
+            return runner.restore(target, heads), notes
+        except StateIntegrityError as exc:
+            if not request.fallback:
+                raise
+            older = recovery.previous_completed(store, job.name, target)
+            if older is None:
+                raise StateIntegrityError(f"{exc}; --fallback: no older completed checkpoint") from None
+            notes.append(f"checkpoint {target} is unusable ({exc}); --fallback: recovering from checkpoint {older}")
+            log("  " + notes[-1])
+            # kept acks belong to checkpoints after the unusable one: fall back to a full recovery
+            target, partial = older, False
