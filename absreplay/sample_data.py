@@ -8,6 +8,7 @@ real producer must do.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -55,6 +56,11 @@ def land_segment(partition_dir: Path, name: str, text_lines: list[str]) -> Path:
     final = partition_dir / name
     os.replace(tmp, final)
     return final
+
+
+def land_jsonl_segment(partition_dir: Path, name: str, records: list[dict]) -> Path:
+    """A segment of records with explicit ids (``name`` ends in ``.jsonl``): one JSON object per line."""
+    return land_segment(partition_dir, name, [json.dumps(r, ensure_ascii=False) for r in records])
 
 
 def land_batch(

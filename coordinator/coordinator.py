@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from coordinator import sinks, source, state_files
+from coordinator import id_store, sinks, source, state_files
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point
@@ -47,7 +47,10 @@ class CheckpointCoordinator:
         return self.store.trigger(self.job.name, self._build_cut, now)
 
     def _build_cut(self, s: Session, checkpoint_id: int) -> tuple[dict[str, int], int, int]:
-        """Register newly landed segments and return the cut: every partition's end offset."""
+        """Register newly landed segments and return the cut: every partition's end offset.
+
+        Records of ``.jsonl`` segments also go through the id store: duplicates and
+        late records become dead letters, which processing skips."""
         job = self.job.name
         ends: dict[str, int] = {
             p: end
@@ -62,12 +65,13 @@ class CheckpointCoordinator:
         ).all()}
         root = source.input_dir(self.data_dir, job)
         new_segments = new_records = 0
+        id_segments: list[tuple[source.ScannedSegment, int]] = []
         for partition in source.list_partitions(root):
             offset = ends.get(partition, 0)
             for name in source.list_segments(root / partition):
                 if (partition, name) in known:
                     continue
-                seg = source.scan_segment(partition, root / partition / name)
+                seg = source.scan_segment(partition, root / partition / name, self.job.record_format)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
                                     records=seg.records, bytes=seg.bytes))
                 s.add_all(
@@ -75,10 +79,15 @@ class CheckpointCoordinator:
                                offset=offset + bad.offset_in_segment, reason=bad.reason, payload=bad.payload)
                     for bad in seg.bad_records
                 )
+                if seg.id_records:
+                    id_segments.append((seg, offset))
                 offset += seg.records
                 new_segments += 1
                 new_records += seg.records
             ends[partition] = offset
+        if id_segments:
+            # in this transaction: a crash before the commit forgets these ids together with the cut
+            s.add_all(id_store.dead_letters_for(s, job, self.job.id_store, checkpoint_id, id_segments))
         fault_point("inject.after_cut", checkpoint_id)
         return ends, new_segments, new_records
 
@@ -111,7 +120,8 @@ class CheckpointCoordinator:
         keep = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.PENDING}
         acks = self.store.all_acks(self.job.name)
         base_of: dict[tuple[int, str, int], int | None] = {
-            (a.checkpoint_id, a.operator, a.subtask): a.base_checkpoint_id for a in acks if a.state_uri
+            # an incremental snapshot with no changed row has no file but is still a link of the chain
+            (a.checkpoint_id, a.operator, a.subtask): a.base_checkpoint_id for a in acks
         }
         for c in checkpoints:
             if c.status != CheckpointStatus.COMPLETED:

@@ -55,3 +55,23 @@ def decide_trigger(
 
 def is_timed_out(policy: CheckpointPolicy, triggered_at: datetime, now: datetime) -> bool:
     return now - triggered_at > timedelta(milliseconds=policy.timeout_ms)
+
+
+@dataclass(frozen=True)
+class IdStorePolicy:
+    """Per job: how ids are windowed, how long they are kept and how the filters are sized."""
+
+    window_seconds: int = 3600
+    allowed_lateness_seconds: int = 3600
+    expected_ids_per_window: int = 100_000
+    false_positive_rate: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.window_seconds < 1:
+            raise ValueError(f"id store window_seconds must be >= 1, got {self.window_seconds}")
+        if self.allowed_lateness_seconds < 0:
+            raise ValueError(f"id store allowed_lateness_seconds must be >= 0, got {self.allowed_lateness_seconds}")
+        if self.expected_ids_per_window < 1:
+            raise ValueError(f"id store expected_ids_per_window must be >= 1, got {self.expected_ids_per_window}")
+        if not 0 < self.false_positive_rate < 1:
+            raise ValueError(f"id store false_positive_rate must be in (0, 1), got {self.false_positive_rate}")

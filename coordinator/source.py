@@ -6,20 +6,32 @@ ignored. Segments are registered in the catalog in name order, which is their
 arrival order; a segment's records (its lines) get consecutive offsets after
 the partition's previous segments, so a record's sequence number is its
 offset in its partition. Lines that are not valid UTF-8 become dead letters.
+
+Segments whose name ends in ``.jsonl`` carry explicit record ids: one JSON
+object per line, ``{"id": "<string>", "ts": <event time, seconds>, "line":
+"<text>"}``. Their offsets work exactly as for text; scanning also returns each
+record's id and event time for the id store (``coordinator.id_store``), and a
+line that is not such an object is a dead letter like a line that is not UTF-8.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
+from coordinator.record_formats import RecordFormat, line_problem
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
 PAYLOAD_PREVIEW = 200
+ID_SEGMENT_SUFFIX = ".jsonl"
+# record_ids.record_id is VARCHAR(255); event times stay exact in JSON doubles and in BIGINT arithmetic
+MAX_ID_LENGTH = 255
+MAX_EVENT_TIME = 2**53 - 1
 
 
 def is_complete_segment(name: str) -> bool:
@@ -33,6 +45,15 @@ class BadRecord:
     payload: str
 
 
+@dataclass(frozen=True, slots=True)
+class IdRecord:
+    """A valid record of a ``.jsonl`` segment: what the id store needs to deduplicate it."""
+
+    offset_in_segment: int
+    record_id: str
+    ts: int
+
+
 @dataclass(frozen=True)
 class ScannedSegment:
     partition: str
@@ -41,6 +62,12 @@ class ScannedSegment:
     records: int
     bytes: int
     bad_records: list[BadRecord] = field(default_factory=list)
+    #: ``.jsonl`` segments only: every valid record, in offset order
+    id_records: list[IdRecord] = field(default_factory=list)
+
+
+class BadIdRecordError(ValueError):
+    """A ``.jsonl`` line that is not a valid id record; the message is the dead letter's reason."""
 
 
 def input_dir(data_dir: Path, job: str) -> Path:
@@ -88,8 +115,117 @@ def split_records(data: bytes) -> list[bytes]:
     return lines
 
 
-def scan_segment(partition: str, path: Path) -> ScannedSegment:
+def is_id_segment(name: str) -> bool:
+    return name.endswith(ID_SEGMENT_SUFFIX)
+
+
+def preview(line: bytes) -> str:
+    return line[:PAYLOAD_PREVIEW].decode("utf-8", errors="backslashreplace")
+
+
+def _reject_constant(name: str) -> None:
+    raise BadIdRecordError(f"not a JSON object: {name} is not valid JSON")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    # Python keeps the last of duplicate keys, Spark's JSON reader the first: refuse to guess
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BadIdRecordError(f"duplicate key {key!r} in the JSON object")
+            seen.add(key)
+    return obj
+
+
+JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
+
+
+def _json_type(obj: dict[str, object], key: str) -> str:
+    if key not in obj:
+        return "nothing (missing)"
+    value = obj[key]
+    return "null" if value is None else JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _utf8_text(value: str, key: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadIdRecordError(f"{key!r} holds an unpaired surrogate (not encodable as UTF-8)") from None
+
+
+def parse_id_record(line: bytes) -> tuple[str, int, str]:
+    """(id, ts, line) of one ``.jsonl`` line; ``BadIdRecordError`` says why the line is not a record.
+
+    An integer id is its decimal string, so ``5`` and ``"5"`` are the same id.
+    """
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadIdRecordError(f"not valid UTF-8 at byte {exc.start} of the line") from None
+    try:
+        obj = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except BadIdRecordError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise BadIdRecordError(f"not a JSON object: {str(exc).splitlines()[0]}") from None
+    if not isinstance(obj, dict):
+        raise BadIdRecordError(f"not a JSON object: the line is a JSON {JSON_TYPES.get(type(obj), 'value')}")
+    rid, ts, body = obj.get("id"), obj.get("ts"), obj.get("line")
+    if type(rid) is int:
+        rid = str(rid)
+    if not isinstance(rid, str):
+        raise BadIdRecordError(f"'id' must be a string or an integer, got {_json_type(obj, 'id')}")
+    if not 1 <= len(rid) <= MAX_ID_LENGTH:
+        raise BadIdRecordError(f"'id' must be 1 to {MAX_ID_LENGTH} characters long, got {len(rid)}")
+    if "\x00" in rid:
+        raise BadIdRecordError("'id' contains a NUL character")
+    _utf8_text(rid, "id")
+    if type(ts) is not int:
+        raise BadIdRecordError(f"'ts' must be an integer (event time in seconds), got {_json_type(obj, 'ts')}")
+    if not 0 <= ts <= MAX_EVENT_TIME:
+        raise BadIdRecordError(f"'ts' must be between 0 and 2**53 - 1, got {ts}")
+    if not isinstance(body, str):
+        raise BadIdRecordError(f"'line' must be a string, got {_json_type(obj, 'line')}")
+    _utf8_text(body, "line")
+    return rid, ts, body
+
+
+def scan_id_segment(
+    partition: str, path: Path, data: bytes, record_format: RecordFormat = RecordFormat.TEXT
+) -> ScannedSegment:
+    """A ``.jsonl`` segment: every line is either an id record (whose ``line`` is a record of
+    the job's ``record_format``) or a bad record."""
+    lines = split_records(data)
+    ids: list[IdRecord] = []
+    bad: list[BadRecord] = []
+    for i, line in enumerate(lines):
+        try:
+            rid, ts, body = parse_id_record(line)
+            problem = line_problem(record_format, body.encode("utf-8"))
+            if problem:
+                raise BadIdRecordError(f"'line' is {problem}")
+        except BadIdRecordError as exc:
+            bad.append(BadRecord(offset_in_segment=i, reason=str(exc), payload=preview(line)))
+        else:
+            ids.append(IdRecord(i, rid, ts))
+    return ScannedSegment(partition, path.name, path, len(lines), len(data), bad, ids)
+
+
+def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, str]:
+    """Previews of some of a segment's records (for dead letters decided after the scan)."""
+    lines = split_records(path.read_bytes())
+    return {i: preview(lines[i]) for i in offsets_in_segment}
+
+
+def scan_segment(partition: str, path: Path, record_format: RecordFormat = RecordFormat.TEXT) -> ScannedSegment:
+    """Count a segment's records; lines that are not UTF-8, or not of the job's ``record_format``
+    (``coordinator.record_formats``), are bad records: dead letters."""
     data = path.read_bytes()
+    if is_id_segment(path.name):
+        return scan_id_segment(partition, path, data, record_format)
     try:
         data.decode("utf-8")
         records = len(split_records(data))
@@ -106,9 +242,16 @@ def scan_segment(partition: str, path: Path) -> ScannedSegment:
                     BadRecord(
                         offset_in_segment=i,
                         reason=f"not valid UTF-8 at byte {exc.start} of the line",
-                        payload=line[:PAYLOAD_PREVIEW].decode("utf-8", errors="backslashreplace"),
+                        payload=preview(line),
                     )
                 )
+    if record_format is not RecordFormat.TEXT:
+        not_utf8 = {b.offset_in_segment for b in bad}
+        for i, line in enumerate(split_records(data)):
+            problem = None if i in not_utf8 else line_problem(record_format, line)
+            if problem:
+                bad.append(BadRecord(offset_in_segment=i, reason=problem, payload=preview(line)))
+        bad.sort(key=lambda b: b.offset_in_segment)
     return ScannedSegment(partition, path.name, path, records, len(data), bad)
 
 

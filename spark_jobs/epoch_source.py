@@ -5,6 +5,11 @@ complete when it was injected), so an epoch is a list of whole segments whose
 first offsets the catalog knows. Each segment is read whole and split into
 lines; a line's sequence number is the segment's first offset plus its
 position. Dead-lettered offsets are dropped.
+
+A ``.jsonl`` segment (records with explicit ids) has the same offsets, one per
+line; its record is the JSON object's ``line`` field. Lines that are not valid
+records, and the id store's duplicates and late records, are dead letters, so
+whatever is left parses.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
+from coordinator.source import ID_SEGMENT_SUFFIX, is_id_segment
 
 SEGMENTS_SCHEMA = StructType(
     [
@@ -43,8 +49,19 @@ def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSe
     """
     if not segments:
         return spark.createDataFrame([], RECORD_SCHEMA).select("line")
-    paths = [str(input_dir / s.partition / s.name) for s in segments]
-    return spark.read.option("lineSep", "\n").text(paths).select(F.col("value").alias("line"))
+    text = [str(input_dir / s.partition / s.name) for s in segments if not is_id_segment(s.name)]
+    jsonl = [str(input_dir / s.partition / s.name) for s in segments if is_id_segment(s.name)]
+    parts = [spark.read.option("lineSep", "\n").text(paths) for paths in (text, jsonl) if paths]
+    if text:
+        parts[0] = parts[0].select(F.col("value").alias("line"))
+    if jsonl:
+        parts[-1] = parts[-1].select(json_line(F.col("value")).alias("line"))
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+
+
+def json_line(value: Column) -> Column:
+    """The ``line`` field of a ``.jsonl`` record (validated at inject, so it is a JSON string)."""
+    return F.get_json_object(value, "$.line")
 
 
 def read_epoch(
@@ -67,14 +84,18 @@ def read_epoch(
     )
     lines = raw.join(F.broadcast(meta), ["partition", "segment"]).select(
         "partition",
+        "segment",
         "first_offset",
         "records",
         F.posexplode(F.split(F.col("value"), "\n", -1)).alias("pos", "line"),
     )
     records = lines.where(F.col("pos") < F.col("records")).select(
-        "partition", (F.col("first_offset") + F.col("pos")).alias("seq"), "line"
+        "partition", (F.col("first_offset") + F.col("pos")).alias("seq"), "line", "segment"
     )
     if dead_offsets:
         dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
         records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
-    return records
+    if any(is_id_segment(s.name) for s in segments):
+        jsonl = F.col("segment").endswith(ID_SEGMENT_SUFFIX)
+        records = records.withColumn("line", F.when(jsonl, json_line(F.col("line"))).otherwise(F.col("line")))
+    return records.select("partition", "seq", "line")
