@@ -12,20 +12,29 @@ Typical use::
     result = simulate(graph, {"src#0": [1, 2, 3]}, cuts={1: {"src#0": 2}}, mode=SnapshotMode.CYCLIC, seed=7)
     result.snapshots[1].state("count#0")           # a task's state at barrier 1
     restore(graph, inputs, result.snapshots[1]).final_states
+
+``semantics`` plugs in what operators do: ``GENERIC`` (synthetic sums and
+counts, the default) or a reference job's (``WORD_COUNT``, ``LABEL_PROPAGATION``
+for connected_components), to compare the Spark runtime with the oracle.
 """
 
 from coordinator.simulator.algorithms import RULES, LogScope, Rules, SnapshotMode, Trigger
 from coordinator.simulator.channels import Barrier, Record
 from coordinator.simulator.errors import SimulationError, SimulationInputError
+from coordinator.simulator.jobs import LABEL_PROPAGATION, WORD_COUNT
 from coordinator.simulator.operators import KEY_SPACE, loop_rounds
 from coordinator.simulator.reference import final_states, prefix_inputs, prefix_states
 from coordinator.simulator.run import Simulation, SimulationResult, restore, simulate
+from coordinator.simulator.semantics import GENERIC, Semantics
 from coordinator.simulator.snapshot import GlobalSnapshot, TaskSnapshot
 from coordinator.simulator.sources import Cut
 
 __all__ = [
+    "GENERIC",
     "KEY_SPACE",
+    "LABEL_PROPAGATION",
     "RULES",
+    "Semantics",
     "Barrier",
     "Cut",
     "GlobalSnapshot",
@@ -39,6 +48,7 @@ __all__ = [
     "SnapshotMode",
     "TaskSnapshot",
     "Trigger",
+    "WORD_COUNT",
     "final_states",
     "loop_rounds",
     "prefix_inputs",

@@ -17,12 +17,14 @@ from coordinator.graph import Channel
 
 @dataclass(frozen=True)
 class Record:
-    """A data record. ``origin`` is (source task name, offset) of the input record it derives from."""
+    """A data record. ``origin`` is (source task name, offset) of the input record it derives from;
+    ``tag`` tells record kinds apart where a semantics has several (e.g. edges and labels)."""
 
-    key: int
-    value: int
+    key: int | str
+    value: int | str
     hops: int = 0
     origin: tuple[str, int] = ("", -1)
+    tag: str = ""
 
 
 @dataclass(frozen=True)

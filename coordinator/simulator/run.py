@@ -13,11 +13,13 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.graph import Channel, ExecutionGraph, JobGraph, OperatorKind
 from coordinator.simulator.algorithms import RULES, Rules, SnapshotMode, SnapshotProtocol
 from coordinator.simulator.channels import Barrier, ChannelQueue
 from coordinator.simulator.errors import SimulationError, SimulationInputError
+from coordinator.simulator.semantics import GENERIC, Semantics
 from coordinator.simulator.snapshot import GlobalSnapshot, TaskSnapshot
 from coordinator.simulator.sources import Cut, SourceCursor, barrier_schedule
 from coordinator.simulator.tasks import Output, RunningTask
@@ -45,15 +47,16 @@ class SimulationResult:
 class Simulation:
     """One run of an execution graph over finite source inputs with barriers at the given cuts.
 
-    ``inputs`` maps a source task name (``"src#0"``) to its records (ints);
-    ``cuts`` maps checkpoint id n to the position of barrier n in every source
-    task. ``restore_from`` starts from a global snapshot instead of empty state.
+    ``inputs`` maps a source task name (``"src#0"``) to its records (ints, or
+    whatever ``semantics`` makes records of); ``cuts`` maps checkpoint id n to
+    the position of barrier n in every source task. ``restore_from`` starts from
+    a global snapshot instead of empty state.
     """
 
     def __init__(
         self,
         graph: JobGraph | ExecutionGraph,
-        inputs: Mapping[str, Sequence[int]],
+        inputs: Mapping[str, Sequence[Any]],
         cuts: Mapping[int, Cut] | None = None,
         mode: SnapshotMode = SnapshotMode.CYCLIC,
         seed: int = 0,
@@ -62,8 +65,10 @@ class Simulation:
         drop_back_edge_logs: bool = False,
         rules: Rules | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        semantics: Semantics = GENERIC,
     ) -> None:
         self.graph = graph if isinstance(graph, ExecutionGraph) else graph.to_execution_graph()
+        self.semantics = semantics
         _check_simulable(self.graph)
         self.mode = SnapshotMode(mode)
         # sync puts no barrier in any channel, so the task-level rules never fire there
@@ -88,7 +93,8 @@ class Simulation:
                 )
         schedule = barrier_schedule(sources, inputs, self.cuts, starts)
         self.cursors = [
-            SourceCursor(name, inputs.get(name, ()), starts[name], schedule[name]) for name in sources
+            SourceCursor(name, inputs.get(name, ()), starts[name], schedule[name], semantics.source_record)
+            for name in sources
         ]
         self._parts: dict[int, dict[str, TaskSnapshot]] = {n: {} for n in self.cuts}
         self.snapshots: dict[int, GlobalSnapshot] = {}
@@ -101,10 +107,11 @@ class Simulation:
         for queue in self.queues:
             c = queue.channel
             edge = edges[(c.source.operator, c.target.operator)]
-            outputs[c.source.name].append(Output(queue, edge, job.operator(c.target.operator).parallelism))
+            parallelism = job.operator(c.target.operator).parallelism
+            outputs[c.source.name].append(Output(queue, edge, parallelism, self.semantics.partition))
         return {
             t.name: RunningTask(
-                t, job.operator(t.operator).kind, tuple(self.graph.inputs(t)), outputs[t.name]
+                t, job.operator(t.operator).kind, tuple(self.graph.inputs(t)), outputs[t.name], self.semantics
             )
             for t in self.graph.tasks
         }
@@ -222,28 +229,32 @@ def _check_simulable(graph: ExecutionGraph) -> None:
 
 def simulate(
     graph: JobGraph | ExecutionGraph,
-    inputs: Mapping[str, Sequence[int]],
+    inputs: Mapping[str, Sequence[Any]],
     cuts: Mapping[int, Cut] | None = None,
     mode: SnapshotMode = SnapshotMode.CYCLIC,
     seed: int = 0,
+    *,
+    semantics: Semantics = GENERIC,
 ) -> SimulationResult:
     """Run ``graph`` over ``inputs`` with barrier n at ``cuts[n]`` under ``mode``, to the end."""
-    return Simulation(graph, inputs, cuts, mode, seed).run()
+    return Simulation(graph, inputs, cuts, mode, seed, semantics=semantics).run()
 
 
 def restore(
     graph: JobGraph | ExecutionGraph,
-    inputs: Mapping[str, Sequence[int]],
+    inputs: Mapping[str, Sequence[Any]],
     snapshot: GlobalSnapshot,
     seed: int = 0,
     *,
     mode: SnapshotMode | None = None,
     cuts: Mapping[int, Cut] | None = None,
     drop_back_edge_logs: bool = False,
+    semantics: Semantics = GENERIC,
 ) -> SimulationResult:
     """Recover from ``snapshot`` (states, source positions, logs replayed first) and run to the end."""
     run_mode = SnapshotMode(mode if mode is not None else snapshot.mode)
     simulation = Simulation(
-        graph, inputs, cuts, run_mode, seed, restore_from=snapshot, drop_back_edge_logs=drop_back_edge_logs
+        graph, inputs, cuts, run_mode, seed, restore_from=snapshot, drop_back_edge_logs=drop_back_edge_logs,
+        semantics=semantics,
     )
     return simulation.run()

@@ -6,7 +6,8 @@ records with cut_{n-1} <= offset < cut_n, as in DESIGN.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from coordinator.simulator.channels import Barrier, Record
 from coordinator.simulator.errors import SimulationInputError
@@ -19,9 +20,11 @@ class SourceCursor:
     """One source task's position in its input and the barriers still to inject."""
 
     def __init__(
-        self, task_name: str, items: Sequence[int], start: int, barriers: list[tuple[int, int]]
+        self, task_name: str, items: Sequence[Any], start: int, barriers: list[tuple[int, int]],
+        make_record: Callable[[str, int, Any], Record] = source_record,
     ) -> None:
         self.task_name = task_name
+        self.make_record = make_record
         self.items = tuple(items)
         self.offset = start
         # (position, checkpoint id), in injection order
@@ -39,7 +42,7 @@ class SourceCursor:
         if self.barriers and self.barriers[0][0] == self.offset:
             return Barrier(self.barriers[0][1])
         if self.offset < len(self.items):
-            return source_record(self.task_name, self.offset, self.items[self.offset])
+            return self.make_record(self.task_name, self.offset, self.items[self.offset])
         return None
 
     def advance(self) -> None:

@@ -8,11 +8,13 @@ state, and put messages on its output channels.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.graph import Channel, Edge, OperatorKind, Partitioning, Task
 from coordinator.simulator.channels import Barrier, ChannelQueue, Record
-from coordinator.simulator.operators import Route, apply, initial_state
+from coordinator.simulator.operators import Route
+from coordinator.simulator.semantics import GENERIC, Semantics, hash_partition
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class Output:
     queue: ChannelQueue
     edge: Edge
     target_parallelism: int
+    #: the subtask a hash edge sends a record to
+    partition: Callable[[Record, int], int] = hash_partition
 
     def accepts(self, route: Route, record: Record) -> bool:
         channel = self.queue.channel
@@ -30,7 +34,7 @@ class Output:
         if route is Route.EXIT and channel.back_edge:
             return False
         if self.edge.partitioning is Partitioning.HASH:
-            return record.key % self.target_parallelism == channel.target.subtask
+            return self.partition(record, self.target_parallelism) == channel.target.subtask
         # forward channels only exist between equal subtask indices; broadcast goes everywhere
         return True
 
@@ -39,15 +43,17 @@ class RunningTask:
     """An operator instance during a simulation."""
 
     def __init__(
-        self, task: Task, kind: OperatorKind, inputs: tuple[Channel, ...], outputs: list[Output]
+        self, task: Task, kind: OperatorKind, inputs: tuple[Channel, ...], outputs: list[Output],
+        semantics: Semantics = GENERIC,
     ) -> None:
         self.task = task
         self.kind = kind
+        self.semantics = semantics
         self.inputs = inputs
         self.loop_inputs = frozenset(c for c in inputs if c.back_edge)
         self.regular_inputs = frozenset(c for c in inputs if not c.back_edge)
         self.outputs = outputs
-        self.state: dict = initial_state(kind)
+        self.state: dict = semantics.initial_state(kind)
 
     @property
     def name(self) -> str:
@@ -55,7 +61,7 @@ class RunningTask:
 
     def process(self, record: Record, channel: Channel | None) -> None:
         from_back_edge = channel is not None and channel.back_edge
-        for route, out in apply(self.kind, self.state, record, from_back_edge):
+        for route, out in self.semantics.apply(self.kind, self.state, record, from_back_edge):
             for output in self.outputs:
                 if output.accepts(route, out):
                     output.queue.push(out)
