@@ -23,6 +23,7 @@ from coordinator.jobs import JobDefinition
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
+from spark_jobs.operators.base import is_iterative
 from spark_jobs.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.snapshot import SnapshotMode
 
@@ -76,6 +77,10 @@ def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinit
     checkpoints while files are missing or corrupt, and say so."""
     notes: list[str] = []
     partial = request.mode is RecoveryMode.PARTIAL
+    if partial and is_iterative(runner.ops):
+        notes.append("partial: the job has a loop, every task is upstream of every other: all of them restart")
+        log("  " + notes[-1])
+        partial = False
     while True:
         heads = {}
         if partial:

@@ -57,6 +57,7 @@ class SnapshotTiming:
     #: jobs with a loop: back-edge log n, written with the state
     back_edge_records: int = 0
     back_edge_bytes: int = 0
+    back_edge_ms: int = 0
 
 
 @dataclass
@@ -167,7 +168,9 @@ class SnapshotWriter:
 
     def _write_back_edge_log(self, checkpoint_id: int, back_edge: DataFrame, timing: SnapshotTiming,
                              subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:
+        t0 = time.perf_counter()
         logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id)
+        timing.back_edge_ms = int((time.perf_counter() - t0) * 1000)
         if subtasks is not None:
             logs = [log for log in logs if log.subtask in subtasks]
         timing.back_edge_records = sum(log.records for log in logs)
