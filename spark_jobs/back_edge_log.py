@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
 
 from coordinator import back_edge_logs, state_files
 from coordinator.back_edge_logs import BackEdgeLogHandle
@@ -78,20 +77,10 @@ def read_checked(
     spark: SparkSession, ops: LoopOperators, checkpoint_id: int, stored: Sequence[BackEdgeLogHandle],
 ) -> DataFrame:
     schema = ops.back_edge_schema
-    parts = []
-    for i, h in enumerate(stored):
-        try:
-            parts.append(spark.read.schema(schema).parquet(h.uri).withColumn("_link", F.lit(i)))
-        except Exception as exc:  # noqa: BLE001 - Spark raises several kinds for a missing path
-            raise StateIntegrityError(
-                f"back-edge log file {h.uri} of checkpoint {checkpoint_id} is missing or unreadable: "
-                f"{str(exc).splitlines()[0]}"
-            ) from None
-    data = parts[0]
-    for part in parts[1:]:
-        data = data.unionByName(part)
-    observation = Observation(f"restore-back-edge-{checkpoint_id}")
-    data = data.observe(observation, *keyed_state.group_metrics(schema.fieldNames(), "_link", len(stored)))
+    data, observation = keyed_state.read_observed(
+        spark, schema, [(h.uri, f"back-edge log file {h.uri} of checkpoint {checkpoint_id}") for h in stored],
+        f"restore-back-edge-{checkpoint_id}",
+    )
     try:
         log = data.drop("_link").localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here

@@ -109,20 +109,10 @@ def restore(
     stored = [link for link in links if link.rows > 0]
     if not stored:
         return spark.createDataFrame([], schema)
-    parts = []
-    for i, link in enumerate(stored):
-        try:
-            parts.append(spark.read.schema(schema).parquet(link.uri).withColumn("_link", F.lit(i)))
-        except Exception as exc:  # noqa: BLE001 - Spark raises several kinds for a missing path
-            raise StateIntegrityError(
-                f"state file {link.uri} of checkpoint {link.checkpoint_id} is missing or unreadable: "
-                f"{str(exc).splitlines()[0]}"
-            ) from None
-    data = parts[0]
-    for part in parts[1:]:
-        data = data.unionByName(part)
-    observation = Observation("restore")
-    data = data.observe(observation, *group_metrics(schema.fieldNames(), "_link", len(stored)))
+    data, observation = read_observed(
+        spark, schema, [(link.uri, f"state file {link.uri} of checkpoint {link.checkpoint_id}") for link in stored],
+        "restore",
+    )
     values = [c for c in schema.fieldNames() if c != key]
     if len({link.checkpoint_id for link in stored}) == 1:
         state = data.drop("_link").repartition(parallelism, key)
@@ -138,6 +128,23 @@ def restore(
         raise StateIntegrityError(f"cannot read state files {uris}: {str(exc).splitlines()[0]}") from None
     verify_links(observation.get, stored)
     return state
+
+
+def read_observed(spark: SparkSession, schema: StructType, files: Sequence[tuple[str, str]],
+                  name: str) -> tuple[DataFrame, Observation]:
+    """Stored files (uri, what to call it in an error) read as one DataFrame with a ``_link``
+    column (the file's index), observed for rows and checksum per file as it is read."""
+    parts = []
+    for i, (uri, what) in enumerate(files):
+        try:
+            parts.append(spark.read.schema(schema).parquet(uri).withColumn("_link", F.lit(i)))
+        except Exception as exc:  # noqa: BLE001 - Spark raises several kinds for a missing path
+            raise StateIntegrityError(f"{what} is missing or unreadable: {str(exc).splitlines()[0]}") from None
+    data = parts[0]
+    for part in parts[1:]:
+        data = data.unionByName(part)
+    observation = Observation(name)
+    return data.observe(observation, *group_metrics(schema.fieldNames(), "_link", len(files))), observation
 
 
 def verify_links(metrics: dict, links: Sequence[ChainLink]) -> None:
