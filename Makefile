@@ -1,9 +1,14 @@
 # The two set-up commands of the README: `make demo` and `make test`.
+# `make test-fast`: the inner loop (no Spark, no Airflow, no PostgreSQL server).
+# `make soak`: the long randomized-kill run.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# two workers: one per core of the reference machine; tests of one xdist_group stay on one worker
+WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest
 
-.PHONY: demo test install
+.PHONY: demo test test-fast soak install
 
 install: $(VENV)/.installed
 
@@ -18,4 +23,11 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/ruff check .
+	$(PYTEST) -n $(WORKERS) -m "not spark and not airflow and not postgres and not heavy" $(PYTEST_ARGS)
+
+soak: install
+	ABS_KILL_CYCLES=30 $(PYTEST) tests/test_random_kills.py $(PYTEST_ARGS)

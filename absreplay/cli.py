@@ -236,10 +236,10 @@ def demo(
         raise typer.Exit(1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point: click reports usage errors (exit 2); ABS Replay's own errors are one line."""
     try:
-        app()
+        app(args=argv)
     except AbsError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)

@@ -66,3 +66,11 @@ def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_
         return subprocess.run(submit_command(settings, app_args, app), env=env).returncode
     except OSError as exc:
         raise AbsError(f"could not start spark-submit: {exc}") from None
+
+
+def run_in_session(spark, app_args: list[str], app: Path = PROCESS_APP) -> int:
+    """Run an application of the project in this process on ``spark``, which stays open (tests,
+    notebooks): what spark-submit would run, without starting a JVM. Returns its exit code."""
+    from spark_jobs import process, verify
+
+    return {PROCESS_APP: process.run, VERIFY_APP: verify.run}[app](app_args, spark=spark)

@@ -7,10 +7,14 @@ Arm them with ``ABS_FAULTS``, a comma-separated list of ``point[@checkpoint][/k]
     ABS_FAULTS="snapshot.after_ack@3/1=kill"   SIGKILL after 1 of checkpoint 3's task acks
     ABS_FAULTS="snapshot.before_ack=sleep:30"  pause 30 s after state is written, before acks
     ABS_FAULTS="finalize.before_commit=raise"  raise InjectedFault
+    ABS_FAULTS="snapshot.before_ack@3=crash"   raise ProcessCrash (the process dying, in-process)
 
 Actions: ``kill`` (SIGKILL to the process group: the Spark JVM dies too, like
-a lost machine), ``sleep:<seconds>``, ``raise``. A fault point announces itself
-on stderr before acting, so a supervising test can see it was reached.
+a lost machine), ``sleep:<seconds>``, ``raise`` (an error the code handles like
+any other), ``crash`` (a crash simulated inside this process, for tests that
+share one SparkSession: nothing that handles errors catches it, and no later
+step of the run writes anything; see ProcessCrash). A fault point announces
+itself on stderr before acting, so a supervising test can see it was reached.
 """
 
 from __future__ import annotations
@@ -39,6 +43,17 @@ POINTS = frozenset(
 
 class InjectedFault(AbsError):
     """Raised by a fault point armed with ``raise``."""
+
+
+class ProcessCrash(BaseException):
+    """The process dies here: raised by a fault point armed with ``crash``.
+
+    A BaseException, so the handlers that turn errors into a failed checkpoint or a
+    declined snapshot do not catch it (a dead process declines nothing); the
+    snapshot writer stops writing and acking once it has seen one. What is left in
+    the catalog and the state root is what a SIGKILL at that point leaves, except
+    that context managers (the lease, open transactions) unwind, as they do when
+    the process's connections and file locks die with it."""
 
 
 def _armed(env: str) -> dict[tuple[str, int | None, int | None], str]:
@@ -74,5 +89,7 @@ def fault_point(name: str, checkpoint_id: int | None = None, step: int | None = 
         time.sleep(float(action.split(":", 1)[1]))
     elif action == "raise":
         raise InjectedFault(f"fault injected at {where}")
+    elif action == "crash":
+        raise ProcessCrash(f"simulated crash at {where}")
     else:
         raise ValueError(f"unknown fault action {action!r} at {where}")

@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from coordinator import recovery
 from coordinator.catalog.db import ensure_migrated, make_engine
@@ -23,6 +24,9 @@ from coordinator.lease import processing_lease
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
+
+if TYPE_CHECKING:  # pyspark is imported only once there is work to do
+    from pyspark.sql import SparkSession
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -41,8 +45,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(argv: list[str]) -> int:
-    args = parse_args(argv)
+def run(argv: list[str], spark: SparkSession | None = None) -> int:
+    """The application; exit code. ``spark``: run on this session and leave it open (tests, notebooks),
+    else start one and stop it at the end."""
+    try:
+        return _run(parse_args(argv), spark)
+    except AbsError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     settings = Settings.from_env()
     job = get_job(args.job)
     engine = make_engine(settings.database_url)
@@ -67,7 +80,9 @@ def run(argv: list[str]) -> int:
 
     mode = SnapshotMode(args.snapshot_mode)
     with processing_lease(engine, job.name):
-        spark = build_session(f"absreplay-{job.name}", job.parallelism)
+        own_session = spark is None
+        if own_session:
+            spark = build_session(f"absreplay-{job.name}", job.parallelism)
         try:
             if args.recovery:
                 report = run_recovery(spark, store, job, settings, request, mode)
@@ -77,7 +92,8 @@ def run(argv: list[str]) -> int:
                     mode=mode, restore_from=args.restore_from, max_epochs=args.max_epochs,
                 ).run()
         finally:
-            spark.stop()
+            if own_session:
+                spark.stop()
     if args.metrics_out:
         with open(args.metrics_out, "w") as fh:
             json.dump(asdict(report), fh, indent=2)
@@ -91,12 +107,7 @@ def run(argv: list[str]) -> int:
 
 
 def main() -> None:
-    try:
-        code = run(sys.argv[1:])
-    except AbsError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        code = exc.exit_code
-    sys.exit(code)
+    sys.exit(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -83,6 +83,9 @@ class SnapshotWriter:
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="abs-snapshot")
         self._in_flight: list[Future] = []
+        #: the writer thread died of something that is not an error (the process is going down):
+        #: no later snapshot may be written or acked after the one it interrupted
+        self._halted = False
 
     def snapshot(self, checkpoint_id: int, state: DataFrame, subtasks: frozenset[int] | None = None,
                  back_edge: DataFrame | None = None) -> None:
@@ -127,6 +130,8 @@ class SnapshotWriter:
 
     def _write_and_ack(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming, stop_the_world: bool,
                        subtasks: frozenset[int] | None = None, back_edge: DataFrame | None = None) -> None:
+        if self._halted:
+            return
         t0 = time.perf_counter()
         try:
             handles, full = self._write(checkpoint_id, state, timing, subtasks)
@@ -147,6 +152,9 @@ class SnapshotWriter:
                 timing.error + "\n" + traceback.format_exc(limit=5),
             )
             return
+        except BaseException:
+            self._halted = True
+            raise
         self.base = checkpoint_id
         self.chain_length = 1 if full else self.chain_length + 1
 

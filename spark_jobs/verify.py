@@ -106,37 +106,46 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
     return report
 
 
-def main() -> None:
+def run(argv: list[str], spark: SparkSession | None = None) -> int:
+    """The application; exit code. ``spark``: run on this session and leave it open (tests, notebooks),
+    else start one and stop it at the end."""
     parser = argparse.ArgumentParser(prog="verify", description=__doc__)
     parser.add_argument("job")
     parser.add_argument("--checkpoint", type=int, default=None)
-    args = parser.parse_args(sys.argv[1:])
+    args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()
         job = get_job(args.job)
         engine = make_engine(settings.database_url)
         ensure_migrated(engine)
         store = CheckpointStore(engine)
-        from spark_jobs.session import build_session
+        own_session = spark is None
+        if own_session:
+            from spark_jobs.session import build_session
 
-        spark = build_session(f"absreplay-verify-{job.name}", job.parallelism)
+            spark = build_session(f"absreplay-verify-{job.name}", job.parallelism)
         try:
             report = verify(spark, store, job, settings, args.checkpoint)
         finally:
-            spark.stop()
+            if own_session:
+                spark.stop()
     except AbsError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     if report.equal:
         print(f"{job.name}: checkpoint {report.checkpoint_id} verified: the stored state equals a recomputation "
               f"from the sources ({report.stored_rows:,} rows, checksums equal on every subtask)", flush=True)
-        sys.exit(0)
+        return 0
     print(f"{job.name}: checkpoint {report.checkpoint_id} DIFFERS from a recomputation from the sources: "
           f"{report.stored_rows:,} stored rows, {report.recomputed_rows:,} recomputed; "
           f"subtasks {report.subtasks_differing} differ; first differences:", flush=True)
     for line in report.differences:
         print(f"  {line}", flush=True)
-    sys.exit(1)
+    return 1
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 one SparkSession per test session, and a workspace (data dir, state root) per test.
 
 PostgreSQL is never skipped: a test that needs it fails when the server is down.
+
+Markers are derived from the fixtures a test uses (``postgres`` for a PostgreSQL
+catalog, ``spark`` for the shared session), so ``-m "not spark and not postgres"``
+selects exactly what runs without them (``make test-fast``). Tests marked
+``heavy`` (their own Spark applications, services) are scheduled first, so that
+under pytest-xdist the short ones fill in around them.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url, upgrade
@@ -21,6 +28,30 @@ PG_ADMIN_URL = os.environ.get("ABS_TEST_PG_ADMIN_URL", "postgresql://postgres@12
 
 def _pg_url(db: str) -> str:
     return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + db
+
+
+def _uses_postgres(item: pytest.Item) -> bool:
+    if "pg_url" in item.fixturenames:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "postgresql" in (callspec.params.get("catalog_url"),
+                                                     callspec.params.get("backend"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _uses_postgres(item):
+            item.add_marker(pytest.mark.postgres)
+        if "spark" in item.fixturenames:
+            item.add_marker(pytest.mark.spark)
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)  # stable: heavy first
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # CI: reproducible examples, no example database left behind, and the blob to replay a failure
+    settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
+    settings.register_profile("dev", deadline=None)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
 @pytest.fixture(autouse=True)
@@ -69,3 +100,34 @@ def spark():
     session = build_session("absreplay-tests", 2, "local[2]")
     yield session
     session.stop()
+
+
+SUMMARY_KEY = "abs_summary"
+
+
+@pytest.fixture
+def summary(record_property):
+    """``summary(line)``: a figure shown at the end of the run (lost/duplicated counts, kill
+    counts), whatever the capture settings; it travels in the test's report, so it works
+    under pytest-xdist too."""
+
+    def add(line: str) -> None:
+        print(line)
+        record_property(SUMMARY_KEY, line)
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    lines = [
+        f"{report.nodeid}: {value}"
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == SUMMARY_KEY
+    ]
+    if lines:
+        terminalreporter.section("exactly-once figures")
+        for line in lines:
+            terminalreporter.write_line(line)

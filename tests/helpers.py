@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from sqlalchemy import text
 
@@ -138,6 +140,45 @@ def kill_when(proc: subprocess.Popen, marker: str, timeout: float = 240) -> str:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
     return "".join(seen)
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliResult:
+    """`absreplay ARGS` as typed, in this process: the same entry point, exit code and output.
+
+    With ``spark``, the Spark applications the command would spark-submit run on that session
+    instead (``absreplay.submit.run_in_session``): no JVM starts. ``env`` adds to ``ws.env()``."""
+    from absreplay import cli as absreplay_cli, submit
+
+    out, err = io.StringIO(), io.StringIO()
+    launch = submit.run_processing
+    if spark is not None:
+        def launch(settings, app_args, app=submit.PROCESS_APP):  # noqa: ARG001 - settings come from the env
+            return submit.run_in_session(spark, app_args, app)
+    with (
+        mock.patch.dict(os.environ, {**(ws.env() if ws else {}), **(env or {})}),
+        mock.patch.object(submit, "run_processing", launch),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            absreplay_cli.main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def cli_ok(ws, *args: str, spark=None) -> str:
+    r = cli(ws, *args, spark=spark)
+    assert r.code == 0, r.out + r.err
+    return r.out
 
 
 def run_ok(ws, *args: str) -> str:
