@@ -1,5 +1,9 @@
 """connected_components end to end on PostgreSQL with real Spark: cycles, SIGKILLs, a corrupt back-edge log.
 
+Commands run in this process on the shared session (tests.helpers.cli), except the one real
+SIGKILL of a spark-submit'ed run (state and log written, not acked); the other deaths are
+in-process crashes (fault action ``crash``, see tests/test_fault_points.py).
+
 The reference is a union-find over the edges read from the segment files
 (absreplay.union_find), never the job's own code. A long path whose smallest
 id sits at its far end keeps labels circulating for many rounds, so back-edge
@@ -23,8 +27,9 @@ from sqlalchemy import text
 from absreplay.sample_data import land_segment
 from absreplay.union_find import labels_at
 from coordinator.errors import StateIntegrityError
+from coordinator.faults import ProcessCrash
 from coordinator.jobs import connected_components
-from tests.helpers import make_workspace, run_ok, start
+from tests.helpers import cli, cli_ok, make_workspace, start
 
 pytestmark = pytest.mark.spark
 JOB = "connected_components"
@@ -102,17 +107,27 @@ def test_cycles_converge_to_the_union_find_and_every_checkpoint_has_its_log(tmp_
         assert r["acked_tasks"] == r["total_tasks"] == 12
 
 
+def die(ws, spark, fault: str, real: bool = False) -> str:
+    """Start `process` with ``fault`` armed; it must die there. ``real``: spark-submit and SIGKILL."""
+    if real:
+        proc = start(ws, "process", JOB, faults=f"{fault}=kill")
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, out
+        return out
+    with pytest.raises(ProcessCrash):
+        cli(ws, "process", JOB, spark=spark, env={"ABS_FAULTS": f"{fault}=crash"})
+    return ""
+
+
 @pytest.mark.parametrize(
-    "fault",
-    ["epoch.compute@3=kill", "snapshot.before_ack@3=kill"],
-    ids=["mid-epoch", "state-and-log-written-before-ack"],
+    "fault, real",
+    [("epoch.compute@3", False), pytest.param("snapshot.before_ack@3", True, marks=pytest.mark.heavy)],
+    ids=["mid-epoch", "state-and-log-written-before-ack-sigkill"],
 )
-def test_sigkill_then_resume_replays_the_back_edge_log_first(tmp_path, pg_url, fault) -> None:
+def test_killed_then_resume_replays_the_back_edge_log_first(tmp_path, pg_url, spark, fault, real) -> None:
     ws = make_workspace(tmp_path, pg_url, connected_components())
     land_graph(ws)
-    proc = start(ws, "process", JOB, faults=fault)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL, out
+    out = die(ws, spark, fault, real)
     assert ws.store.checkpoint(JOB, 3).status == "PENDING"
     restored = ws.store.latest_completed(JOB).checkpoint_id
     assert restored in (1, 2), out
@@ -121,18 +136,18 @@ def test_sigkill_then_resume_replays_the_back_edge_log_first(tmp_path, pg_url, f
     assert log_records > 0
     for _ in range(6):
         ws.coordinator.inject()
-    out = run_ok(ws, "process", JOB)
+    out = cli_ok(ws, "process", JOB, spark=spark)
     assert f"restoring from checkpoint {restored}," in out
     assert f"feeding back-edge log {restored} ({log_records:,} records) to the loop head first" in out
-    run_ok(ws, "finalize", JOB)
+    cli_ok(ws, "finalize", JOB)
     latest = ws.store.latest_completed(JOB).checkpoint_id
     assert latest == 10 and back_edge_records(ws, latest) == 0
     assert committed_labels(ws) == expected(ws)
 
 
 @pytest.mark.parametrize("seed", [5])
-def test_randomized_kills_then_resume(tmp_path, pg_url, seed) -> None:
-    """Two kills in a row, at a fault point and a pending checkpoint drawn from a seeded RNG; then one
+def test_randomized_kills_then_resume(tmp_path, pg_url, spark, seed) -> None:
+    """Two deaths in a row, at a fault point and a pending checkpoint drawn from a seeded RNG; then one
     resume from whatever completed, with the back-edge log of that checkpoint fed first."""
     rng = random.Random(seed)
     ws = make_workspace(tmp_path, pg_url, connected_components())
@@ -143,14 +158,12 @@ def test_randomized_kills_then_resume(tmp_path, pg_url, seed) -> None:
     for _ in range(2):
         pending = [c.checkpoint_id for c in ws.store.checkpoints(JOB) if c.status == "PENDING"]
         point, at = rng.choice(["epoch.compute", "snapshot.before_ack"]), rng.choice(pending[:4])
-        proc = start(ws, "process", JOB, faults=f"{point}@{at}=kill")
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == -signal.SIGKILL, out
+        die(ws, spark, f"{point}@{at}")
         latest = ws.store.latest_completed(JOB)
         restored_logs.append((point, at, latest and (latest.checkpoint_id, back_edge_records(ws, latest.checkpoint_id))))
-    out = run_ok(ws, "process", JOB)
+    out = cli_ok(ws, "process", JOB, spark=spark)
     assert re.search(r"restoring from checkpoint \w+, \d+ pending", out), restored_logs
-    run_ok(ws, "finalize", JOB)
+    cli_ok(ws, "finalize", JOB)
     assert back_edge_records(ws, ws.store.latest_completed(JOB).checkpoint_id) == 0
     assert committed_labels(ws) == expected(ws), restored_logs
 
@@ -214,23 +227,23 @@ def test_recover_from_an_older_checkpoint_feeds_its_back_edge_log_first(tmp_path
     ws.coordinator.finalize()
     log_records = back_edge_records(ws, 2)
     assert log_records > 0
-    out = run_ok(ws, "recover", JOB, "--checkpoint", "2")
+    out = cli_ok(ws, "recover", JOB, "--checkpoint", "2", spark=spark)
     assert f"feeding back-edge log 2 ({log_records:,} records) to the loop head first" in out
     for _ in range(6):
         ws.coordinator.inject()
-    run_ok(ws, "process", JOB)
-    run_ok(ws, "finalize", JOB)
+    cli_ok(ws, "process", JOB, spark=spark)
+    cli_ok(ws, "finalize", JOB)
     assert back_edge_records(ws, ws.store.latest_completed(JOB).checkpoint_id) == 0
     assert committed_labels(ws) == expected(ws)
 
 
-def test_the_command_line_runs_checkpoints_and_verifies_connected_components(tmp_path, sqlite_url) -> None:
+def test_the_command_line_runs_checkpoints_and_verifies_connected_components(tmp_path, sqlite_url, spark) -> None:
     ws = make_workspace(tmp_path, sqlite_url, connected_components())
     land_graph(ws, batches=1, path=6)
-    out = run_ok(ws, "run", JOB, "--cycles", "2")
+    out = cli_ok(ws, "run", JOB, "--cycles", "2", spark=spark)
     assert "cycle 2/2" in out and "committed 1,2;" in out and "committed 3;" in out
-    out = run_ok(ws, "checkpoints", JOB, "--json")
+    out = cli_ok(ws, "checkpoints", JOB, "--json")
     assert [json.loads(line)["status"] for line in out.splitlines()] == ["COMPLETED"] * 3
-    out = run_ok(ws, "verify", JOB)
+    out = cli_ok(ws, "verify", JOB, spark=spark)
     assert "checkpoint 3 verified" in out
     assert committed_labels(ws) == expected(ws)
