@@ -175,8 +175,8 @@ def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliRes
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
-def cli_ok(ws, *args: str, spark=None) -> str:
-    r = cli(ws, *args, spark=spark)
+def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str:
+    r = cli(ws, *args, spark=spark, env=env)
     assert r.code == 0, r.out + r.err
     return r.out
 

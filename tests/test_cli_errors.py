@@ -1,28 +1,28 @@
-"""Bad input through the command line: exit code 2, one line naming the problem, nothing written."""
+"""Bad input through the command line: exit code 2, one line naming the problem, nothing written.
+
+The first test runs the installed `absreplay` executable; the others call the same entry point
+in this process (tests.helpers.cli), which prints and exits exactly as the executable does."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
-
-ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
-
-
-def absreplay(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([ABSREPLAY, *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+from tests.helpers import ABSREPLAY, CliResult, cli
 
 
-def one_line_error(result: subprocess.CompletedProcess, needle: str) -> None:
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-    assert result.returncode == 2, result.stderr + result.stdout
-    assert len(lines) == 1 and needle in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+def absreplay(*args: str, env: dict[str, str]) -> CliResult:
+    return cli(None, *args, env=env)
+
+
+def one_line_error(result: CliResult, needle: str) -> None:
+    lines = [ln for ln in result.err.strip().splitlines() if ln.strip()]
+    assert result.code == 2, result.err + result.out
+    assert len(lines) == 1 and needle in lines[0], result.err
+    assert "Traceback" not in result.err
 
 
 def count_rows(url: str, table: str) -> int:
@@ -30,9 +30,10 @@ def count_rows(url: str, table: str) -> int:
         return c.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
 
 
-def test_unknown_job(tmp_path, sqlite_url) -> None:
-    r = absreplay("inject", "nosuchjob", env={"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)})
-    one_line_error(r, "unknown job 'nosuchjob'")
+def test_unknown_job_as_typed(tmp_path, sqlite_url) -> None:
+    r = subprocess.run([ABSREPLAY, "inject", "nosuchjob"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)})
+    one_line_error(CliResult(r.returncode, r.stdout, r.stderr), "unknown job 'nosuchjob'")
     assert count_rows(sqlite_url, "jobs") == 0
 
 
@@ -50,7 +51,7 @@ def test_unreachable_database_does_not_show_the_password(tmp_path) -> None:
     url = "postgresql://postgres:s3cret@127.0.0.1:1/nowhere"
     r = absreplay("inject", "wordcount", env={"ABS_DATABASE_URL": url, "ABS_HOME": str(tmp_path)})
     one_line_error(r, "unreachable")
-    assert "s3cret" not in r.stderr + r.stdout
+    assert "s3cret" not in r.err + r.out
 
 
 def test_catalog_without_schema_says_to_upgrade(tmp_path) -> None:
@@ -75,7 +76,7 @@ def test_bad_snapshot_mode_and_cycles(tmp_path, sqlite_url) -> None:
     env = {"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)}
     one_line_error(absreplay("process", "wordcount", "--snapshot-mode", "fast", env=env), "--snapshot-mode")
     r = absreplay("run", "wordcount", "--cycles", "0", env=env)
-    assert r.returncode == 2 and "cycles" in r.stderr
+    assert r.code == 2 and "cycles" in r.err
     assert count_rows(sqlite_url, "checkpoints") == 0
 
 
@@ -85,6 +86,6 @@ def test_inject_and_checkpoints_json(tmp_path, sqlite_url) -> None:
     part.mkdir(parents=True)
     (part / "seg-1.txt").write_text("a b c\n")
     r = absreplay("inject", "wordcount", env=env)
-    assert r.returncode == 0 and "barrier 1 injected" in r.stdout and "p0@1" in r.stdout
+    assert r.code == 0 and "barrier 1 injected" in r.out and "p0@1" in r.out
     r = absreplay("checkpoints", "wordcount", "--json", env=env)
-    assert r.returncode == 0 and '"status": "PENDING"' in r.stdout and '"total_tasks": 8' in r.stdout
+    assert r.code == 0 and '"status": "PENDING"' in r.out and '"total_tasks": 8' in r.out

@@ -1,33 +1,27 @@
-"""The command line's happy path, as a user types it: db upgrade, jobs, run --cycles, checkpoints."""
+"""The command line's happy path, as a user types it: db upgrade, jobs, run --cycles, process,
+checkpoints, verify. Through the CLI's entry point in this process; the Spark applications it
+would spark-submit run on the shared session (tests/test_lease.py and the kill tests start the
+real `absreplay` executable)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 from sqlalchemy import text
 
 from absreplay.recount import recount
 from absreplay.sample_data import land_batch
 from coordinator.catalog.db import make_engine
 from coordinator.store import CheckpointStore
-
-pytestmark = pytest.mark.spark
-ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
+from tests.helpers import cli_ok
 
 
-def test_upgrade_jobs_run_cycles_and_history(tmp_path) -> None:
+def test_upgrade_jobs_run_cycles_history_and_verify(tmp_path, spark) -> None:
     url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    env = {**os.environ, "ABS_HOME": str(tmp_path), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]"}
+    env = {"ABS_HOME": str(tmp_path), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]"}
 
     def cli(*args: str) -> str:
-        r = subprocess.run([ABSREPLAY, *args], env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return r.stdout
+        return cli_ok(None, *args, spark=spark, env=env)
 
     assert "is at revision" in cli("db", "upgrade")
     assert "wordcount" in cli("jobs")
@@ -44,3 +38,4 @@ def test_upgrade_jobs_run_cycles_and_history(tmp_path) -> None:
     with store.engine.connect() as c:
         committed = dict(c.execute(text("SELECT word, count FROM wordcount_counts")).all())
     assert committed == dict(recount(input_dir, store.cut("wordcount", 2)))
+    assert "checkpoint 2 verified" in cli("verify", "wordcount")

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from coordinator.errors import CheckpointNotFoundError
 from coordinator.lifecycle import FailureReason
-from tests.helpers import make_workspace
-
-pytestmark = pytest.mark.spark
-ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
+from tests.helpers import cli, make_workspace
 
 
 def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, spark) -> None:
@@ -47,10 +39,13 @@ def test_verify_from_the_command_line(tmp_path, sqlite_url, spark) -> None:
     ws.coordinator.inject()
     ws.run_epochs(spark)
     ws.coordinator.finalize()
-    env = {**os.environ, **ws.env(), "ABS_SPARK_MASTER": "local[2]"}
-    r = subprocess.run([ABSREPLAY, "verify", "wordcount"], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "checkpoint 1 verified" in r.stdout
-    r = subprocess.run([ABSREPLAY, "verify", "wordcount", "--checkpoint", "42"], env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 2 and "checkpoint 42 of job 'wordcount' does not exist" in r.stderr
+    r = cli(ws, "verify", "wordcount", spark=spark)
+    assert r.code == 0, r.out + r.err
+    assert "checkpoint 1 verified" in r.out
+    r = cli(ws, "verify", "wordcount", "--checkpoint", "42", spark=spark)
+    assert r.code == 2 and "checkpoint 42 of job 'wordcount' does not exist" in r.err
+    # the seeded source rewritten: the command says DIFFERS and exits 1
+    seg = sorted((ws.input_dir / "p0").iterdir())[0]
+    seg.write_text(seg.read_text().replace("w1 ", "zzz_new "))
+    r = cli(ws, "verify", "wordcount", spark=spark)
+    assert r.code == 1 and "checkpoint 1 DIFFERS from a recomputation" in r.out and "zzz_new" in r.out, r.out
