@@ -30,7 +30,7 @@ from coordinator.lifecycle import FailureReason
 from coordinator.store import StateHandle
 from tests.helpers import free_port, stop_process_group, Workspace, make_workspace
 
-pytestmark = [pytest.mark.airflow, pytest.mark.postgres]
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=75)]
 
 DAG = "abs_wordcount_recover"
 READY_TIMEOUT_S = 240
@@ -129,7 +129,8 @@ def airflow(tmp_path: Path, catalog: Workspace, pg_url: str) -> Iterator[Airflow
             time.sleep(2)
         yield api
     finally:
-        stop_process_group(proc, grace_s=30)
+        # nothing of this Airflow is kept: its components get 5 s to stop before the SIGKILL
+        stop_process_group(proc, grace_s=5)
 
 
 def test_airflow_lists_the_dags_and_recovers_from_the_form(airflow: Airflow, catalog: Workspace) -> None:

@@ -121,7 +121,7 @@ def die(ws, spark, fault: str, real: bool = False) -> str:
 
 @pytest.mark.parametrize(
     "fault, real",
-    [("epoch.compute@3", False), pytest.param("snapshot.before_ack@3", True, marks=pytest.mark.heavy)],
+    [("epoch.compute@3", False), pytest.param("snapshot.before_ack@3", True, marks=pytest.mark.heavy(seconds=60))],
     ids=["mid-epoch", "state-and-log-written-before-ack-sigkill"],
 )
 def test_killed_then_resume_replays_the_back_edge_log_first(tmp_path, pg_url, spark, fault, real) -> None:

@@ -52,7 +52,7 @@ def test_every_fault_point_has_a_case() -> None:
 
 @pytest.mark.parametrize(
     "point",
-    [pytest.param(p, marks=pytest.mark.heavy) if CASES[p] == (["process", "wordcount"], "sigkill") else p
+    [pytest.param(p, marks=pytest.mark.heavy(seconds=35)) if CASES[p] == (["process", "wordcount"], "sigkill") else p
      for p in sorted(CASES)],
 )
 def test_killed_at_fault_point_then_resumed_is_exactly_once(point, tmp_path, pg_url, spark, summary) -> None:

@@ -26,7 +26,7 @@ from sqlalchemy import text
 
 from tests.helpers import lost_and_duplicated, make_workspace, run_ok, start
 
-pytestmark = [pytest.mark.spark, pytest.mark.heavy]
+pytestmark = [pytest.mark.spark, pytest.mark.heavy(seconds=150)]
 CYCLES = int(os.environ.get("ABS_KILL_CYCLES", "10"))
 
 

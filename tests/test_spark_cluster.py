@@ -28,7 +28,7 @@ from pyspark.find_spark_home import _find_spark_home  # noqa: E402
 from coordinator.lifecycle import CheckpointStatus  # noqa: E402
 from tests.helpers import free_port, stop_process_group, make_workspace  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres]
+pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=55)]
 
 READY_TIMEOUT_S = 180
 
