@@ -151,7 +151,8 @@ def recover(
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
 ) -> None:
-    """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes)."""
+    """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes).
+    With no completed checkpoint yet, every task starts from the empty state at the start of the sources."""
     if mode not in ("full", "partial"):
         raise UsageError(f"--mode must be full or partial, not {mode!r}")
     _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode))
@@ -177,8 +178,12 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
     target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
     with processing_lease(ctx.store.engine, job):  # fail fast (exit 2) if a run holds the job
         pass
-    out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
-    args = [job, f"--{kind}", "--checkpoint", str(target), "--mode", mode, "--snapshot-mode", snapshot_mode]
+    if target is None:
+        out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")
+    else:
+        out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
+    args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode]
+    args += ["--checkpoint", str(target)] if target is not None else []
     code = run_processing(ctx.settings, args + (["--fallback"] if fallback else []))
     rows = recovery.history(ctx.store, job)
     if rows:

@@ -228,7 +228,8 @@ def maintain_job(settings: Settings, job: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class RecoveryRequest:
     job: str
-    checkpoint_id: int
+    #: None: no checkpoint had completed when the request was validated (recover from the start)
+    checkpoint_id: int | None
     mode: str
     rewind: bool
     fallback: bool = False
@@ -237,7 +238,8 @@ class RecoveryRequest:
         if self.rewind:
             args = ["rewind", self.job, "--to", str(self.checkpoint_id)]
         else:
-            args = ["recover", self.job, "--checkpoint", str(self.checkpoint_id), "--mode", self.mode]
+            checkpoint = ["--checkpoint", str(self.checkpoint_id)] if self.checkpoint_id is not None else []
+            args = ["recover", self.job, *checkpoint, "--mode", self.mode]
         return args + (["--fallback"] if self.fallback else [])
 
 
@@ -270,7 +272,10 @@ def validate_recovery(
         if checkpoint is None:
             latest = store.latest_completed(job)
             if latest is None:
-                raise UsageError(f"job {job!r} has no completed checkpoint to recover from yet")
+                if rewind:
+                    raise UsageError(f"job {job!r} has no completed checkpoint to rewind to yet")
+                # nothing completed yet: the recovery starts every task from the start of the sources
+                return asdict(RecoveryRequest(job, None, mode, rewind, fallback))
             checkpoint = latest.checkpoint_id
         ck = store.checkpoint(job, checkpoint)  # CheckpointNotFoundError: unknown id
     status = CheckpointStatus(ck.status)

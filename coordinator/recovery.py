@@ -106,13 +106,13 @@ def finish(store: CheckpointStore, recovery_id: int, result: RecoveryResult, *, 
             row.back_edge_records = back_edge_records
 
 
-def resolve(store: CheckpointStore, job: str, requested: int | None) -> int:
-    """The checkpoint to restore: the one asked for (it must be COMPLETED), else the latest completed."""
+def resolve(store: CheckpointStore, job: str, requested: int | None) -> int | None:
+    """The checkpoint to restore: the one asked for (it must be COMPLETED), else the latest completed;
+    None when none has completed yet: the empty state at the start of the sources (as Flink restarts
+    a job that has no checkpoint)."""
     if requested is None:
         latest = store.latest_completed(job)
-        if latest is None:
-            raise UsageError(f"job {job!r} has no completed checkpoint to recover from")
-        return latest.checkpoint_id
+        return latest.checkpoint_id if latest else None
     ck = store.checkpoint(job, requested)
     if ck.status != CheckpointStatus.COMPLETED:
         raise CheckpointNotFoundError(job, requested, f"is {ck.status}, not COMPLETED: only completed checkpoints can be restored")
@@ -131,7 +131,7 @@ def reset_after(
     job: str,
     sink_table: str,
     sink_name: str,
-    restored: int,
+    restored: int | None,
     recovery_id: int,
     kind: RecoveryKind,
     state_rows: pa.Table | None = None,
@@ -140,21 +140,23 @@ def reset_after(
     in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
 
     ``state_rows``: for a rewind, the sink's view of checkpoint ``restored`` (sink columns and
-    ``updated``), the values rows written later are reverted to.
+    ``updated``), the values rows written later are reverted to. ``restored`` None: the empty state
+    (nothing had completed), every checkpoint comes after it.
     """
     out = ResetOutcome()
+    after = restored or 0
     with store.sessions.begin() as s:
         job_row = store.lock_job(s, job)
         # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted
         out.committed, out.aborted = sinks.settle(s, job, sink_table)
         later = list(s.scalars(
-            select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > restored)
+            select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
             .order_by(Checkpoint.checkpoint_id)
         ))
         live = [c for c in later if c.status in (CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)]
         # staged output of checkpoints that will be processed again is aborted (re-staged by the run)
         for txn in s.scalars(select(SinkTransaction).where(
-            SinkTransaction.job == job, SinkTransaction.checkpoint_id > restored,
+            SinkTransaction.job == job, SinkTransaction.checkpoint_id > after,
             SinkTransaction.status == SinkTxnStatus.STAGED,
         )):
             sinks.abort(txn)
@@ -218,10 +220,13 @@ def partial_heads(store: CheckpointStore, job: str, operators: list[str], parall
     return heads
 
 
-def validate(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode, requested: int | None) -> int:
+def validate(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode,
+             requested: int | None) -> int | None:
     """Check a request before anything starts (UsageError / CheckpointNotFoundError: exit 2);
-    returns the checkpoint it would restore."""
+    returns the checkpoint it would restore (None: the empty state, no checkpoint has completed)."""
     target = resolve(store, job, requested)
+    if target is None and kind is RecoveryKind.REWIND:
+        raise UsageError(f"job {job!r} has no completed checkpoint to rewind to")
     if mode is RecoveryMode.PARTIAL:
         if kind is RecoveryKind.REWIND:
             raise UsageError("a rewind reprocesses every task: --mode partial does not apply")

@@ -1,7 +1,8 @@
 """Recovery and rewind, inside the processing application (under the job's lease).
 
     1. record the recovery (RUNNING);
-    2. restore every task's state from checkpoint N and check every file (nothing is
+    2. restore every task's state from checkpoint N (no checkpoint completed yet: the empty
+       state at the start of the sources) and check every file (nothing is
        changed yet: a missing or corrupt file stops here, or with --fallback moves to
        the previous completed checkpoint);
     3. settle the sinks and reset the checkpoints after N (coordinator.recovery);
@@ -41,6 +42,10 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
         restored, notes = restore_checked(runner, store, job, target, request)
         restore_s = time.perf_counter() - t0
         target = restored.checkpoint_id
+        if target is None:
+            notes.append("no checkpoint has completed yet: every task starts from the empty state "
+                         "at the start of the sources")
+            log("  " + notes[-1])
         state_rows = None
         if request.kind is RecoveryKind.REWIND:
             # the sink's view of checkpoint N, to put rows written after N back to it
@@ -71,12 +76,16 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
     return report
 
 
-def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinition, target: int,
+def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinition, target: int | None,
                     request: RecoveryRequest) -> tuple[Restored, list[str]]:
     """Restore ``target`` with every file checked; with --fallback, step back to older completed
     checkpoints while files are missing or corrupt, and say so."""
     notes: list[str] = []
     partial = request.mode is RecoveryMode.PARTIAL
+    if partial and target is None:
+        notes.append("partial: no completed checkpoint to keep state from: every task restarts")
+        log("  " + notes[-1])
+        partial = False
     if partial and is_iterative(runner.ops):
         notes.append("partial: the job has a loop, every task is upstream of every other: all of them restart")
         log("  " + notes[-1])

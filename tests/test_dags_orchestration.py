@@ -229,10 +229,14 @@ def test_bad_recovery_requests_say_why_and_change_nothing(history: Workspace) ->
     assert catalog_snapshot(history) == before
 
 
-def test_recovery_needs_a_completed_checkpoint(ws: Workspace) -> None:
+def test_recovery_before_any_completed_checkpoint_starts_from_the_sources(ws: Workspace) -> None:
     orchestration.inject_barrier(ws.settings, "wordcount")
-    with pytest.raises(UsageError, match="job 'wordcount' has no completed checkpoint to recover from yet"):
-        orchestration.validate_recovery(ws.settings, "wordcount", None, "full", False)
+    request = orchestration.validate_recovery(ws.settings, "wordcount", None, "full", False)
+    assert request["checkpoint_id"] is None
+    assert orchestration.RecoveryRequest(**request).cli_args() == ["recover", "wordcount", "--mode", "full"]
+    # a rewind needs a checkpoint to go back to
+    with pytest.raises(UsageError, match="job 'wordcount' has no completed checkpoint to rewind to yet"):
+        orchestration.validate_recovery(ws.settings, "wordcount", None, "full", True)
 
 
 def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history: Workspace) -> None:

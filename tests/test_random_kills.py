@@ -3,11 +3,11 @@ each: nothing lost, nothing counted twice (shown in the run's summary, and asser
 Ten cycles in `make test`; `make soak` runs thirty (ABS_KILL_CYCLES).
 
 Each cycle lands a batch and injects a barrier, then starts the application as a user
-would: `absreplay recover wordcount` (restore the latest completed checkpoint, settle the
-sinks, process every pending epoch, finalize), or `absreplay process` while no checkpoint
-has completed yet. Once the application says it is restoring, the test waits a random
-time, up to 1.3 times what the last unkilled run took from there, and SIGKILLs its whole
-process group (the Spark JVM with it) unless it has finished: kills land in epoch
+would after an alert: `absreplay recover wordcount` (restore the latest completed
+checkpoint, or start from the sources while none has completed, settle the sinks, process
+every pending epoch, finalize). Once the application says it is restoring, the test waits a
+random time, up to 1.3 times what the last unkilled run took from there, and SIGKILLs its
+whole process group (the Spark JVM with it) unless it has finished: kills land in epoch
 computation, snapshot writes, acks, sink commits and recovery resets.
 The next cycle's run is the recovery of this one's kill.
 """
@@ -71,15 +71,12 @@ def test_random_sigkills_lose_nothing_and_duplicate_nothing(tmp_path, pg_url, su
     for cycle in range(CYCLES):
         landed += ws.land(cycle, lines=300)
         ws.coordinator.inject()
-        first = ws.store.latest_completed(ws.job.name) is None
-        args = ["process", "wordcount"] if first else ["recover", "wordcount"]
-        ran = run_and_maybe_kill(ws, args, 600 if typical is None else rng.uniform(0.0, 1.3 * typical))
+        delay = 600 if typical is None else rng.uniform(0.0, 1.3 * typical)
+        ran = run_and_maybe_kill(ws, ["recover", "wordcount"], delay)
         if ran is None:
             kills += 1
         else:
             typical = max(ran, 1.0)
-            if first:
-                run_ok(ws, "finalize", "wordcount")
     # the recovery of the last cycle
     run_ok(ws, "recover", "wordcount")
     latest = ws.store.latest_completed(ws.job.name).checkpoint_id

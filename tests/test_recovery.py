@@ -11,9 +11,10 @@ from sqlalchemy import text
 
 from coordinator import recovery
 from coordinator.errors import StateIntegrityError, UsageError
+from coordinator.faults import ProcessCrash
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
-from tests.helpers import make_workspace
+from tests.helpers import cli, make_workspace
 
 pytestmark = pytest.mark.spark
 
@@ -171,3 +172,25 @@ def test_fallback_moves_to_the_previous_completed_checkpoint_and_says_so(corrupt
     assert statuses(ws)[3] == CheckpointStatus.SUPERSEDED
     latest = ws.store.latest_completed(ws.job.name).checkpoint_id
     assert ws.committed() == ws.expected_at(latest) == ws.expected_at(4)
+
+
+def test_recover_before_any_completed_checkpoint_starts_from_the_empty_state(tmp_path, pg_url, spark):
+    """Killed in epoch 1: nothing completed. `recover` (what a runbook or the recover DAG runs after an
+    alert, without knowing how far the job got) restarts every task from the start of the sources."""
+    ws = make_workspace(tmp_path, pg_url)
+    for b in range(2):
+        ws.land(b)
+        ws.coordinator.inject()
+    with pytest.raises(ProcessCrash):
+        cli(ws, "process", "wordcount", spark=spark, env={"ABS_FAULTS": "epoch.compute@1=crash"})
+    assert ws.store.latest_completed(ws.job.name) is None
+    r = cli(ws, "recover", "wordcount", spark=spark)
+    assert r.code == 0, r.out + r.err
+    assert "recover from the start of the sources (full): no checkpoint has completed yet" in r.out
+    assert "every task starts from the empty state at the start of the sources" in r.out
+    assert statuses(ws) == {1: CheckpointStatus.COMPLETED, 2: CheckpointStatus.COMPLETED}
+    assert ws.committed() == ws.expected_at(2)
+    (row,) = recovery.history(ws.store, ws.job.name)
+    assert (row["kind"], row["from_checkpoint_id"], row["to_checkpoint_id"], row["result"]) == (
+        "recover", None, 2, "SUCCEEDED")
+    assert cli(ws, "rewind", "wordcount", "--to", "7").code == 2  # no such checkpoint: bad input
