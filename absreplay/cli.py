@@ -74,9 +74,12 @@ def process(
     """Process every injected, unprocessed epoch in order, in one Spark application."""
     from absreplay.submit import run_processing
 
+    from coordinator import recovery
+
     ctx = job_context(job)
     args = [job, "--snapshot-mode", _check_mode(snapshot_mode)]
     if restore_from is not None:
+        recovery.resolve(ctx.store, job, restore_from)  # unknown or not COMPLETED: exit 2 before a JVM starts
         args += ["--restore-from", str(restore_from)]
     elif not _has_pending(ctx):
         return
@@ -214,7 +217,8 @@ def verify(
     job: str,
     checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
 ) -> None:
-    """Recompute a checkpoint's state from the sources alone and compare it with the stored snapshot."""
+    """Recompute a checkpoint's state from the sources alone and compare it with the stored snapshot.
+    Exit 0 equal, 1 differs, 2 bad input, 3 could not check (a state file missing or corrupt, a failure)."""
     from absreplay.submit import VERIFY_APP, run_processing
 
     ctx = job_context(job)

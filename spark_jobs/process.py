@@ -66,9 +66,8 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
         request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback)
         recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
     else:
-        # nothing to do: do not pay for a SparkSession
-        latest = store.latest_completed(job.name)
-        base = args.restore_from if args.restore_from is not None else (latest.checkpoint_id if latest else 0)
+        # an unknown or unusable --restore-from is bad input (exit 2); nothing to do: no SparkSession
+        base = recovery.resolve(store, job.name, args.restore_from) or 0
         if not store.pending_after(job.name, base):
             print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
             return 0

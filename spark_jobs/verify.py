@@ -7,7 +7,9 @@ of every file checked on the way). The recomputed side runs the job's
 operators over every record before the checkpoint's cut, from empty state, in
 one epoch. They are compared per subtask on (key, values) — checksums first,
 then, where they differ, row by row. Exit 0 when equal, 1 with the first
-differences, 2 for bad input.
+differences, 2 for bad input, 3 when it could not check (a state file missing
+or corrupt, the catalog or Spark failing): "differs" and "could not tell" are
+never the same answer.
 
 A job with a loop (connected_components) stores, at checkpoint n, state n and
 back-edge log n, and state n alone depends on how many rounds each epoch ran.
@@ -27,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.catalog.db import ensure_migrated, make_engine
-from coordinator.errors import AbsError, CheckpointNotFoundError
+from coordinator.errors import AbsError, CheckpointNotFoundError, UsageError
 from coordinator.jobs import JobDefinition, get_job
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
@@ -37,6 +39,8 @@ from spark_jobs.epoch_source import read_epoch
 from spark_jobs.runner import EpochRunner
 
 MAX_DIFFERENCES = 10
+#: exit code: the comparison could not be made (bad input is 2, a difference 1)
+COULD_NOT_CHECK = 3
 
 
 @dataclass
@@ -131,7 +135,11 @@ def run(argv: list[str], spark: SparkSession | None = None) -> int:
                 spark.stop()
     except AbsError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return exc.exit_code if isinstance(exc, UsageError) else COULD_NOT_CHECK
+    except Exception as exc:  # noqa: BLE001 - Spark, the catalog: whatever failed, the answer is "could not check"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"error: could not check: {exc.__class__.__name__}: {first}", file=sys.stderr, flush=True)
+        return COULD_NOT_CHECK
     if report.equal:
         print(f"{job.name}: checkpoint {report.checkpoint_id} verified: the stored state equals a recomputation "
               f"from the sources ({report.stored_rows:,} rows, checksums equal on every subtask)", flush=True)

@@ -89,3 +89,16 @@ def test_inject_and_checkpoints_json(tmp_path, sqlite_url) -> None:
     assert r.code == 0 and "barrier 1 injected" in r.out and "p0@1" in r.out
     r = absreplay("checkpoints", "wordcount", "--json", env=env)
     assert r.code == 0 and '"status": "PENDING"' in r.out and '"total_tasks": 8' in r.out
+
+
+def test_restore_from_a_checkpoint_that_does_not_exist(tmp_path, sqlite_url) -> None:
+    env = {"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path), "ABS_DATA_DIR": str(tmp_path / "data")}
+    part = tmp_path / "data" / "wordcount" / "input" / "p0"
+    part.mkdir(parents=True)
+    (part / "seg-1.txt").write_text("a b c\n")
+    assert absreplay("inject", "wordcount", env=env).code == 0
+    one_line_error(absreplay("process", "wordcount", "--restore-from", "999", env=env),
+                   "checkpoint 999 of job 'wordcount' does not exist")
+    one_line_error(absreplay("process", "wordcount", "--restore-from", "1", env=env),
+                   "checkpoint 1 of job 'wordcount' is PENDING, not COMPLETED")
+    assert count_rows(sqlite_url, "task_acks") == 0

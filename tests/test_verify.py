@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from coordinator.errors import CheckpointNotFoundError
@@ -49,3 +51,16 @@ def test_verify_from_the_command_line(tmp_path, sqlite_url, spark) -> None:
     seg.write_text(seg.read_text().replace("w1 ", "zzz_new "))
     r = cli(ws, "verify", "wordcount", spark=spark)
     assert r.code == 1 and "checkpoint 1 DIFFERS from a recomputation" in r.out and "zzz_new" in r.out, r.out
+
+
+def test_verify_that_cannot_check_says_so_with_its_own_exit_code(tmp_path, sqlite_url, spark) -> None:
+    """A missing state file is not "differs" (1): verify could not check, exit 3, one line naming the file."""
+    ws = make_workspace(tmp_path, sqlite_url)
+    ws.cycle(spark, 0)
+    ack = next(a for a in ws.store.acks(ws.job.name, 1) if a.operator == "count" and a.state_uri)
+    for f in Path(ack.state_uri.removeprefix("file://")).iterdir():
+        f.unlink()
+    r = cli(ws, "verify", "wordcount", spark=spark)
+    lines = r.err.strip().splitlines()
+    assert r.code == 3, r.out + r.err
+    assert len(lines) == 1 and ack.state_uri in lines[0] and "checkpoint 1" in lines[0], r.err
