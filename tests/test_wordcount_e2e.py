@@ -135,3 +135,19 @@ def test_dead_letters_are_counted_not_processed(tmp_path, sqlite_url, spark) -> 
     assert ws.committed() == {"hello": 2, "world": 2, "again": 1}
     with ws.store.engine.connect() as c:
         assert c.execute(text("SELECT dead_letters FROM checkpoint_stats WHERE checkpoint_id = 1")).scalar_one() == 1
+
+
+def test_a_key_longer_than_any_varchar_reaches_the_sink_on_postgresql(tmp_path, pg_url, spark) -> None:
+    """SQLite stores a 600-character word; PostgreSQL must too, or every later commit of the job fails."""
+    ws = make_workspace(tmp_path, pg_url)
+    long_word = "x" * 600 + "y" * 1400
+    part = ws.input_dir / "p0"
+    part.mkdir(parents=True)
+    for n, text in enumerate([f"short {long_word}\n{long_word}\n", f"{long_word} again\n"], 1):
+        (part / f"seg-{n:06d}.txt").write_text(text)
+        ws.coordinator.inject()
+        ws.run_epochs(spark)
+        ws.coordinator.finalize()
+        assert ws.committed() == ws.expected_latest()
+    assert ws.committed()[long_word] == 3
+    assert [c.status for c in ws.store.checkpoints(ws.job.name)] == ["COMPLETED", "COMPLETED"]

@@ -200,7 +200,7 @@ class WordcountCount(Base):
 
     __tablename__ = "wordcount_counts"
 
-    word: Mapped[str] = mapped_column(String(512), primary_key=True)
+    word: Mapped[str] = mapped_column(Text, primary_key=True)
     count: Mapped[int] = mapped_column(BigInteger)
     checkpoint_id: Mapped[int] = mapped_column(BigInteger)
 
