@@ -55,3 +55,18 @@ class StateIntegrityError(AbsError):
 
 class TolerableFailuresExceededError(AbsError):
     """More consecutive checkpoint failures than the job's policy tolerates."""
+
+
+class SinkCommitError(AbsError):
+    """A completed checkpoint's output could not be committed to its sink. Nothing of it was
+    written (one transaction), and the commits of later checkpoints wait for it: sinks commit
+    in checkpoint order."""
+
+    def __init__(self, job: str, checkpoint_id: int, table: str, cause: BaseException) -> None:
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        super().__init__(
+            f"committing checkpoint {checkpoint_id} of job {job!r} into {table} failed "
+            f"({cause.__class__.__name__}: {first}); nothing of it was written and later checkpoints "
+            f"wait for it: fix the cause, then run `absreplay finalize {job}` again"
+        )
+        self.job, self.checkpoint_id = job, checkpoint_id

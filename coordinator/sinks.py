@@ -29,10 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from sqlalchemy import delete, select, text
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from coordinator import back_edge_logs, state_files
 from coordinator.catalog.models import Checkpoint, SinkTransaction, SinkWatermark, SourceCut, utcnow
+from coordinator.errors import SinkCommitError
 from coordinator.faults import fault_point
 from coordinator.lifecycle import CheckpointStatus, SinkTxnStatus
 
@@ -194,6 +196,10 @@ def settle(s: Session, job: str, table: str) -> tuple[list[int], list[int]]:
         elif status == CheckpointStatus.PENDING:
             blocked = True
         elif not blocked:
-            commit(s, table, txn)
+            try:
+                commit(s, table, txn)
+            except (SQLAlchemyError, pa.ArrowException, OSError) as exc:
+                # the database, the staged files: one line that names the checkpoint and the way on
+                raise SinkCommitError(job, txn.checkpoint_id, table, exc) from exc
             committed.append(txn.checkpoint_id)
     return committed, aborted

@@ -143,11 +143,38 @@ def test_a_key_longer_than_any_varchar_reaches_the_sink_on_postgresql(tmp_path, 
     long_word = "x" * 600 + "y" * 1400
     part = ws.input_dir / "p0"
     part.mkdir(parents=True)
-    for n, text in enumerate([f"short {long_word}\n{long_word}\n", f"{long_word} again\n"], 1):
-        (part / f"seg-{n:06d}.txt").write_text(text)
+    for n, content in enumerate([f"short {long_word}\n{long_word}\n", f"{long_word} again\n"], 1):
+        (part / f"seg-{n:06d}.txt").write_text(content)
         ws.coordinator.inject()
         ws.run_epochs(spark)
         ws.coordinator.finalize()
         assert ws.committed() == ws.expected_latest()
     assert ws.committed()[long_word] == 3
     assert [c.status for c in ws.store.checkpoints(ws.job.name)] == ["COMPLETED", "COMPLETED"]
+
+
+def test_a_commit_that_fails_is_one_named_line_and_nothing_is_written(tmp_path, pg_url, spark) -> None:
+    """A staged file of a completed checkpoint cut to zero bytes: `finalize` says which checkpoint,
+    why and what to do, in one line (exit 1), writes nothing, and commits once the file is back."""
+    from tests.helpers import cli
+
+    ws = make_workspace(tmp_path, pg_url)
+    ws.cycle(spark, 0)
+    ws.land(1)
+    ws.coordinator.inject()
+    ws.run_epochs(spark)  # checkpoint 2 completed, its output staged, not committed
+    before = ws.committed()
+    txn_dir = Path(next(a for a in ws.store.acks(ws.job.name, 2) if a.operator == "count" and a.state_uri)
+                   .state_uri.removeprefix("file://"))
+    victim = next(txn_dir.glob("*.parquet"))
+    content = victim.read_bytes()
+    victim.write_bytes(b"")
+    r = cli(ws, "finalize", "wordcount")
+    lines = r.err.strip().splitlines()
+    assert r.code == 1 and len(lines) == 1, r.out + r.err
+    assert "committing checkpoint 2 of job 'wordcount' into wordcount_counts failed" in lines[0]
+    assert "run `absreplay finalize wordcount` again" in lines[0]
+    assert ws.committed() == before
+    victim.write_bytes(content)
+    assert cli(ws, "finalize", "wordcount").code == 0
+    assert ws.committed() == ws.expected_at(2)
