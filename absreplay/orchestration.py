@@ -211,10 +211,11 @@ def catalog_jobs(settings: Settings) -> list[str]:
 def maintain_job(settings: Settings, job: str) -> dict[str, Any]:
     """Expire stale pending checkpoints; delete state files no catalog row references."""
     from coordinator.coordinator import CheckpointCoordinator
+    from coordinator.lease import expire_unless_processing
 
     definition = REGISTRY.get(job)
     with _store(settings) as store:
-        expired = store.expire_timed_out(job)
+        expired = expire_unless_processing(store, job)
         if definition is None:
             # without its definition this deployment cannot tell the job's state layout apart: leave it alone
             return {"job": job, "expired": expired, "deleted_dirs": [],

@@ -20,6 +20,7 @@ from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition
+from coordinator.lease import expire_unless_processing
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore, TriggerOutcome
 
@@ -95,7 +96,7 @@ class CheckpointCoordinator:
     def finalize(self, now: datetime | None = None) -> FinalizeReport:
         self.store.register_job(self.job)
         report = FinalizeReport()
-        report.expired = self.store.expire_timed_out(self.job.name, now)
+        report.expired = expire_unless_processing(self.store, self.job.name, now)
         fault_point("finalize.before_commit")
         with self.store.sessions.begin() as s:
             report.committed, report.aborted = sinks.settle(s, self.job.name, self.job.sink_table)

@@ -61,3 +61,14 @@ def processing_lease(engine: Engine, job: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def expire_unless_processing(store, job: str, now=None) -> list[int]:
+    """Expire the job's timed-out PENDING checkpoints, but only while no processing run holds its
+    lease: a live run may still be writing them, and a checkpoint failed under it would leave its
+    snapshot without acks (the run would see DISCARDED). Returns the expired ids ([] while a run is live)."""
+    try:
+        with processing_lease(store.engine, job):
+            return store.expire_timed_out(job, now)
+    except LeaseHeldError:
+        return []

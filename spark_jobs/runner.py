@@ -22,7 +22,7 @@ from sqlalchemy import select
 from coordinator import source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.errors import CheckpointNotFoundError
+from coordinator.errors import CheckpointNotFoundError, StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore
@@ -183,7 +183,16 @@ class EpochRunner:
                                                        ack.checksum, full=ack.base_checkpoint_id is None))
                 if ack.base_checkpoint_id is None:
                     break
-                ack = ack_at(ack.base_checkpoint_id, subtask)
+                base, ack = ack.base_checkpoint_id, ack_at(ack.base_checkpoint_id, subtask)
+                if ack is None:
+                    # a delta whose base has no ack: loading it alone would silently drop every key the
+                    # delta did not touch
+                    raise StateIntegrityError(
+                        f"the state of {op} subtask {subtask} at checkpoint {head} is a delta on checkpoint "
+                        f"{base}, which has no ack of that subtask: its incremental chain does not end in a "
+                        f"full snapshot; recover from an older checkpoint (absreplay recover {self.job.name} "
+                        f"--checkpoint N) or rewind"
+                    )
             length = max(length, n)
         return links, length
 

@@ -31,7 +31,7 @@ from coordinator import sinks, state_files
 from coordinator.faults import fault_point
 from coordinator.graph import OperatorKind
 from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import FailureReason
+from coordinator.lifecycle import AckResult, FailureReason
 from coordinator.source import source_subtask
 from coordinator.store import CheckpointStore, StateHandle
 from spark_jobs import back_edge_log, keyed_state
@@ -143,7 +143,12 @@ class SnapshotWriter:
                 timing.async_ms = write_ms
             handles = [replace(h, sync_ms=timing.sync_ms, async_ms=timing.async_ms) for h in handles]
             fault_point("snapshot.before_ack", checkpoint_id)
-            self._ack(checkpoint_id, handles, logs)
+            refused = self._ack(checkpoint_id, handles, logs)
+            if refused:
+                # failed meanwhile (e.g. expired by a finalize): not a base for the next snapshot, whose
+                # delta must also hold this epoch's changes; its files are garbage
+                timing.error = f"checkpoint {checkpoint_id} was failed while its snapshot was written: acks {refused}"
+                return
         except Exception as exc:  # the checkpoint fails; processing goes on
             first = str(exc).splitlines()[0] if str(exc) else ""
             timing.error = f"{exc.__class__.__name__}: {first}"
@@ -159,20 +164,26 @@ class SnapshotWriter:
         self.chain_length = 1 if full else self.chain_length + 1
 
     def _ack(self, checkpoint_id: int, handles: list[StateHandle],
-             logs: list[back_edge_log.BackEdgeLogHandle] | None = None) -> None:
+             logs: list[back_edge_log.BackEdgeLogHandle] | None = None) -> list[str]:
         """Each subtask index acks on its own (its operators' instances together, one transaction),
         as separate tasks would: a crash can leave k of N acked. A loop tail's subtask records its
-        part of the back-edge log in the transaction of its ack."""
+        part of the back-edge log in the transaction of its ack.
+
+        Returns the acks the catalog did not accept (DISCARDED: the checkpoint failed meanwhile;
+        UNKNOWN), as sorted names; empty when every ack counted (SUCCESS, or DUPLICATE on a retry)."""
+        refused: set[str] = set()
         groups = sorted({h.subtask for h in handles})
         for k, i in enumerate(groups, 1):
             mine = [h for h in handles if h.subtask == i]
             if logs is None:
-                self.store.ack_many(self.job.name, checkpoint_id, mine)
+                results = self.store.ack_many(self.job.name, checkpoint_id, mine)
             else:
                 part = [log for log in logs if log.subtask == i]
-                self.store.ack_many_with_back_edge_logs(self.job.name, checkpoint_id, mine, part)
+                results = self.store.ack_many_with_back_edge_logs(self.job.name, checkpoint_id, mine, part)
+            refused |= {str(r) for r in results if r not in (AckResult.SUCCESS, AckResult.DUPLICATE)}
             if k < len(groups):
                 fault_point("snapshot.after_ack", checkpoint_id, k)
+        return sorted(refused)
 
     def _write_back_edge_log(self, checkpoint_id: int, back_edge: DataFrame, timing: SnapshotTiming,
                              subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:

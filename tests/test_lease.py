@@ -38,3 +38,20 @@ def test_second_process_run_exits_2_and_writes_nothing(tmp_path, pg_url) -> None
     assert "holds its lease" in r.stderr
     assert ws.store.acks(ws.job.name, 1) == []
     assert ws.store.checkpoint(ws.job.name, 1).status == "PENDING"
+
+
+def test_no_checkpoint_expires_while_a_processing_run_holds_the_lease(tmp_path, catalog_url: str) -> None:
+    """A live run may still be writing a pending checkpoint: expiry waits until the lease is free."""
+    from datetime import timedelta
+
+    from coordinator.catalog.models import utcnow
+    from coordinator.lease import expire_unless_processing
+
+    ws = make_workspace(tmp_path, catalog_url)
+    ws.land(0, lines=10)
+    ws.coordinator.inject()
+    much_later = utcnow() + timedelta(days=30)
+    with processing_lease(make_engine(catalog_url), "wordcount"):
+        assert expire_unless_processing(ws.store, "wordcount", much_later) == []
+        assert ws.store.checkpoint("wordcount", 1).status == "PENDING"
+    assert expire_unless_processing(ws.store, "wordcount", much_later) == [1]

@@ -178,3 +178,45 @@ def test_a_commit_that_fails_is_one_named_line_and_nothing_is_written(tmp_path, 
     victim.write_bytes(content)
     assert cli(ws, "finalize", "wordcount").code == 0
     assert ws.committed() == ws.expected_at(2)
+
+
+def test_a_checkpoint_failed_while_its_snapshot_is_written_is_never_a_base(tmp_path, pg_url, spark, monkeypatch):
+    """Checkpoint 2 expires (as a finalize beside the run would) just before its acks land: they are
+    DISCARDED. The next snapshot must not be a delta on 2: it is a delta on 1 holding epochs 2 and 3,
+    so the sink and a restore of 3 are exact. A chain whose base has no ack is refused, by name."""
+    from spark_jobs.runner import EpochRunner
+    from spark_jobs.snapshot import SnapshotWriter
+
+    job = wordcount()
+    job = type(job)(**{**job.__dict__, "policy": CheckpointPolicy(full_snapshot_every=10, retained=5)})
+    ws = make_workspace(tmp_path, pg_url, job)
+    ws.land(0, lines=2000, vocab=3000)
+    ws.coordinator.inject()
+    ws.run_epochs(spark)
+    ws.coordinator.finalize()
+    for b in (1, 2):
+        ws.land(b, lines=20, vocab=3000)
+        ws.coordinator.inject()  # 2 and 3: one run takes both, 3 is a small delta after 2
+    ack = SnapshotWriter._ack
+
+    def expired_then_acked(self, checkpoint_id, handles, logs=None):
+        if checkpoint_id == 2:
+            self.store.fail(self.job.name, 2, FailureReason.TIMEOUT, "expired by a finalize beside the run")
+        return ack(self, checkpoint_id, handles, logs)
+
+    monkeypatch.setattr(SnapshotWriter, "_ack", expired_then_acked)
+    report = ws.run_epochs(spark)
+    monkeypatch.undo()
+    assert [t.checkpoint_id for t in report.failed] == [2] and "acks ['DISCARDED']" in report.failed[0].error
+    ws.coordinator.finalize()
+    bases = {a.base_checkpoint_id for a in ws.store.acks(ws.job.name, 3) if a.operator == "count"}
+    assert bases == {1}
+    assert ws.committed() == ws.expected_at(3)
+    runner = EpochRunner(spark, ws.store, ws.job, ws.settings.data_dir, ws.settings.state_uri)
+    assert {r["word"]: r["count"] for r in runner.restore(3).state.collect()} == ws.expected_at(3)
+    # a delta whose base lost its ack: refused by name, never loaded alone
+    with ws.store.engine.begin() as c:
+        c.execute(text("DELETE FROM task_acks WHERE job = 'wordcount' AND checkpoint_id = 1 AND subtask = 0"))
+    with pytest.raises(StateIntegrityError, match="count subtask 0 at checkpoint 3 is a delta on checkpoint 1, "
+                                                  "which has no ack of that subtask"):
+        runner.restore(3)
