@@ -19,10 +19,11 @@ files import this module while they are parsed.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -314,11 +315,32 @@ def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
     args = RecoveryRequest(**request).cli_args()
     # COLUMNS: the command line's console would wrap its one-line error at 80 columns
     env = {**os.environ, **settings.as_env(), "COLUMNS": "1000"}
-    proc = subprocess.run(
-        [absreplay_executable(), *args], env=env, capture_output=True, text=True, timeout=RECOVERY_TIMEOUT_S
-    )
-    print(f"$ absreplay {' '.join(args)}\n{proc.stdout}", flush=True)
+    # its own process group: spark-submit and the driver JVM are its children, and they hold the job's lease
+    proc = subprocess.Popen([absreplay_executable(), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=RECOVERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop_process_group(proc)
+        raise RecoveryCommandError(
+            args, -signal.SIGKILL, f"did not finish in {RECOVERY_TIMEOUT_S} s; its whole process group was stopped"
+        ) from None
+    except BaseException:  # the task itself is being stopped (Airflow's SIGTERM): so is the recovery
+        stop_process_group(proc)
+        raise
+    print(f"$ absreplay {' '.join(args)}\n{stdout}", flush=True)
     if proc.returncode:
-        message = " ".join(proc.stderr.split()).removeprefix("error: ") or f"no message; stdout: {proc.stdout[-500:]}"
+        message = " ".join(stderr.split()).removeprefix("error: ") or f"no message; stdout: {stdout[-500:]}"
         raise RecoveryCommandError(args, proc.returncode, message)
-    return proc.stdout
+    return stdout
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 10) -> None:
+    """SIGTERM ``proc``'s process group (it leads one), SIGKILL it after ``grace_s``, and reap ``proc``.
+    A spark-submit left running would keep the job's lease and block every later run."""
+    with suppress(ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    with suppress(ProcessLookupError):  # what ignored SIGTERM (or outlived the leader) goes now
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

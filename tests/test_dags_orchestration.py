@@ -252,3 +252,33 @@ def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history
         orchestration.run_recovery(history.settings, request)
     assert raised.value.exit_code == 2
     assert orchestration.fails_without_retry(raised.value)
+
+
+def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path, monkeypatch) -> None:
+    """The recover task's command starts spark-submit and a JVM that hold the job's lease: on a
+    timeout they must go too, not only the command (a stand-in command with a child shows it)."""
+    import os
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    fake = tmp_path / "absreplay"
+    fake.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {pid_file}\nwait\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(orchestration, "absreplay_executable", lambda: str(fake))
+    monkeypatch.setattr(orchestration, "RECOVERY_TIMEOUT_S", 2)
+    request = {"job": "wordcount", "checkpoint_id": 1, "mode": "full", "rewind": False, "fallback": False}
+    with pytest.raises(orchestration.RecoveryCommandError, match="did not finish in 2 s; its whole process group"):
+        orchestration.run_recovery(Settings.from_env({"ABS_HOME": str(tmp_path)}), request)
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                if fh.read().split(") ", 1)[1].startswith("Z"):
+                    break  # killed, waiting for its new parent to reap it
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail(f"the recovery's child {child} outlived the timeout")
