@@ -14,10 +14,16 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, func, select
 
 from coordinator.errors import UsageError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from coordinator.store import CheckpointStore
 
 
 class LeaseHeldError(UsageError):
@@ -63,7 +69,7 @@ def processing_lease(engine: Engine, job: str) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def expire_unless_processing(store, job: str, now=None) -> list[int]:
+def expire_unless_processing(store: CheckpointStore, job: str, now: datetime | None = None) -> list[int]:
     """Expire the job's timed-out PENDING checkpoints, but only while no processing run holds its
     lease: a live run may still be writing them, and a checkpoint failed under it would leave its
     snapshot without acks (the run would see DISCARDED). Returns the expired ids ([] while a run is live)."""
