@@ -22,7 +22,7 @@ from sqlalchemy import select
 from coordinator import source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.errors import CheckpointNotFoundError, StateIntegrityError
+from coordinator.errors import CheckpointNotFoundError, SourceError, StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore
@@ -154,6 +154,26 @@ class EpochRunner:
         offsets = [(p, o) for _, p, o in dead if start.get(p, 0) <= o < end.get(p, 0)]
         return EpochPlan(checkpoint_id, segments, offsets)
 
+    def check_segments(self, plans: list[EpochPlan]) -> None:
+        """Every segment an epoch reads is still there with the size inject registered (SourceError,
+        exit 2, naming it), before anything runs: a deleted, renamed, truncated or appended segment
+        would otherwise lose records, count them twice, or fail inside Spark."""
+        for plan in plans:
+            for seg in plan.segments:
+                path = self.input_dir / seg.partition / seg.name
+                try:
+                    size = path.stat().st_size
+                except FileNotFoundError:
+                    raise SourceError(
+                        f"segment {path} of epoch {plan.checkpoint_id} was registered at inject ({seg.bytes:,} bytes) "
+                        f"and is gone: segments must stay where they landed (put it back, unchanged)"
+                    ) from None
+                if size != seg.bytes:
+                    raise SourceError(
+                        f"segment {path} of epoch {plan.checkpoint_id} changed after inject: {seg.bytes:,} bytes "
+                        f"registered, {size:,} now; a segment is immutable once it has its final name"
+                    )
+
     @property
     def input_dir(self) -> Path:
         return source.input_dir(self.data_dir, self.job.name)
@@ -232,6 +252,7 @@ class EpochRunner:
         if not plans:
             log(f"{self.job.name}: no pending epochs after checkpoint {point or 0}")
             return report
+        self.check_segments(plans)
         p = self.job.parallelism
         keep = {} if restored is None else {
             plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans

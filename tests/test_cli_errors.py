@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+import pytest
+
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
@@ -102,3 +104,26 @@ def test_restore_from_a_checkpoint_that_does_not_exist(tmp_path, sqlite_url) -> 
     one_line_error(absreplay("process", "wordcount", "--restore-from", "1", env=env),
                    "checkpoint 1 of job 'wordcount' is PENDING, not COMPLETED")
     assert count_rows(sqlite_url, "task_acks") == 0
+
+
+@pytest.mark.parametrize("change", ["deleted", "appended", "truncated"])
+def test_a_registered_segment_that_changed_stops_processing_with_its_name(tmp_path, pg_url, spark, change) -> None:
+    """Inject registered the segment with its size; whatever happened to it since is named, exit 2,
+    before anything is processed (no Spark traceback, nothing dropped or counted twice)."""
+    from tests.helpers import make_workspace
+
+    ws = make_workspace(tmp_path, pg_url)
+    ws.land(0, lines=50)
+    ws.coordinator.inject()
+    seg = sorted((ws.input_dir / "p0").iterdir())[0]
+    if change == "deleted":
+        seg.unlink()
+    elif change == "appended":
+        seg.write_bytes(seg.read_bytes() + b"late words\n")
+    else:
+        seg.write_bytes(seg.read_bytes()[:10])
+    r = cli(ws, "process", "wordcount", spark=spark)
+    needle = "is gone" if change == "deleted" else "changed after inject"
+    one_line_error(r, f"segment {seg} of epoch 1")
+    assert needle in r.err
+    assert ws.store.acks(ws.job.name, 1) == [] and ws.store.checkpoint(ws.job.name, 1).status == "PENDING"
