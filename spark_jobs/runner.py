@@ -19,12 +19,11 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator import source
+from coordinator import recovery, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.errors import CheckpointNotFoundError, SourceError, StateIntegrityError
+from coordinator.errors import SourceError, StateIntegrityError
 from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import CheckpointStatus
 from coordinator.store import CheckpointStore
 from spark_jobs import back_edge_log, iterate, keyed_state
 from spark_jobs.epoch_source import read_epoch, read_lines
@@ -113,13 +112,8 @@ class EpochRunner:
 
     # -- planning ------------------------------------------------------------------
     def restore_point(self) -> int | None:
-        if self.restore_from is None:
-            latest = self.store.latest_completed(self.job.name)
-            return latest.checkpoint_id if latest else None
-        ck = self.store.checkpoint(self.job.name, self.restore_from)
-        if ck.status != CheckpointStatus.COMPLETED:
-            raise CheckpointNotFoundError(self.job.name, self.restore_from, f"is {ck.status}, not COMPLETED")
-        return ck.checkpoint_id
+        """The checkpoint to restore (recovery.resolve: the one asked for must be COMPLETED)."""
+        return recovery.resolve(self.store, self.job.name, self.restore_from)
 
     def plan(self, restored: int | None) -> list[EpochPlan]:
         pending = self.store.pending_after(self.job.name, restored or 0)

@@ -10,13 +10,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
 from sqlalchemy import text
 
+from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay.recount import recount
 from absreplay.sample_data import land_batch
 from coordinator import source
@@ -83,27 +83,6 @@ def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -
     job = job or wordcount()
     store.register_job(job)
     return Workspace(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))
-
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 20) -> None:
-    """SIGTERM a process's whole group (JVMs and Airflow components outlive their wrappers),
-    wait for it to empty, SIGKILL what is left, and reap."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, or the group never looks empty
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.5)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
 
 
 def free_port() -> int:
