@@ -82,6 +82,10 @@ class Job(Base):
     retained: Mapped[int] = mapped_column(Integer)
     full_snapshot_every: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: bumped by each processing run when it takes the job's checkpoints; its acks and stages check it
+    fencing_token: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    #: key groups: state is split into this many, fixed for the job's life, so parallelism can change
+    max_parallelism: Mapped[int] = mapped_column(Integer, default=128, server_default="128")
 
 
 class Checkpoint(Base):
@@ -103,6 +107,8 @@ class Checkpoint(Base):
     #: set on a checkpoint created by a recovery/rewind: it re-does the epoch that ended at this checkpoint's cut
     replay_of: Mapped[int | None] = mapped_column(BigInteger)
     recovery_id: Mapped[int | None] = mapped_column(BigInteger)
+    #: the parallelism of the run that took it (None: before key groups were recorded)
+    parallelism: Mapped[int | None] = mapped_column(Integer)
 
 
 class SourceSegment(Base):
@@ -118,6 +124,9 @@ class SourceSegment(Base):
     records: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: the content as inject read it (sha256) and the file's mtime then
+    checksum: Mapped[str | None] = mapped_column(String(64))
+    mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SourceCut(Base):
@@ -176,6 +185,10 @@ class SinkTransaction(Base):
     rows: Mapped[int] = mapped_column(BigInteger)
     staged_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    #: the staged files as acked (count, bytes, sha256 over names and contents): a commit verifies them
+    files: Mapped[int | None] = mapped_column(Integer)
+    bytes: Mapped[int | None] = mapped_column(BigInteger)
+    checksum: Mapped[str | None] = mapped_column(String(64))
 
 
 class DeadLetter(Base):
