@@ -99,6 +99,8 @@ class CheckpointCoordinator:
         report.expired = expire_unless_processing(self.store, self.job.name, now)
         fault_point("finalize.before_commit")
         with self.store.sessions.begin() as s:
+            # serialized per job: a concurrent finalize waits here, then sees what this one committed
+            self.store.lock_job(s, self.job.name)
             report.committed, report.aborted = sinks.settle(s, self.job.name, self.job.sink_table)
         report.subsumed = self.store.subsume_beyond_retention(self.job.name)
         report.deleted_dirs = self.collect_garbage()

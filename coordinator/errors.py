@@ -57,6 +57,18 @@ class TolerableFailuresExceededError(AbsError):
     """More consecutive checkpoint failures than the job's policy tolerates."""
 
 
+class FencedError(AbsError):
+    """A processing run lost its lease (its connection dropped) and another run took the job: the
+    fencing token on the job row moved on, so this run may not write any more."""
+
+    def __init__(self, job: str, ours: int, current: int) -> None:
+        super().__init__(
+            f"job {job!r}: this run lost its lease (fencing token {ours}, the job is at {current}): "
+            f"another run has taken the job, so this one stopped without writing; nothing is lost"
+        )
+        self.job = job
+
+
 class SinkCommitError(AbsError):
     """A completed checkpoint's output could not be committed to its sink. Nothing of it was
     written (one transaction), and the commits of later checkpoints wait for it: sinks commit

@@ -4,6 +4,12 @@ PostgreSQL: a session-level advisory lock, held on a dedicated connection for
 the run. SQLite: an exclusive ``flock`` on a lock file beside the database.
 Both vanish with their holder, so a killed run never leaves a stale lease; a
 second run does not wait, it stops at once with exit code 2.
+
+Fencing: an advisory lock also vanishes when its connection drops while the run
+goes on. So taking the lease bumps ``jobs.fencing_token`` and yields it; the run
+writes through ``CheckpointStore.fenced(token)``, whose every transaction checks
+the token under the job row lock. A run whose lease was taken over cannot ack,
+stage or commit (``FencedError``).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import DBAPIError
 
+from coordinator.catalog.models import Job
 from coordinator.errors import UsageError
 
 if TYPE_CHECKING:
@@ -39,8 +47,18 @@ def lease_key(job: str) -> int:
     return int.from_bytes(hashlib.sha256(f"absreplay:process:{job}".encode()).digest()[:8], "big", signed=True)
 
 
+def next_fencing_token(engine: Engine, job: str) -> int | None:
+    """Bump the job's fencing token (None: the job has no row yet, nothing to fence)."""
+    with engine.begin() as conn:
+        return conn.execute(
+            update(Job).where(Job.name == job).values(fencing_token=Job.fencing_token + 1)
+            .returning(Job.fencing_token)
+        ).scalar_one_or_none()
+
+
 @contextmanager
-def processing_lease(engine: Engine, job: str) -> Iterator[None]:
+def processing_lease(engine: Engine, job: str) -> Iterator[int | None]:
+    """Hold the job's lease; yields the run's fencing token."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             key = lease_key(job)
@@ -48,15 +66,18 @@ def processing_lease(engine: Engine, job: str) -> Iterator[None]:
                 raise LeaseHeldError(job)
             conn.commit()
             try:
-                yield
+                yield next_fencing_token(engine, job)
             finally:
-                conn.execute(select(func.pg_advisory_unlock(key)))
-                conn.commit()
+                try:
+                    conn.execute(select(func.pg_advisory_unlock(key)))
+                    conn.commit()
+                except DBAPIError:
+                    conn.invalidate()  # the connection dropped: its lock went with it
         return
     database = engine.url.database
     lock_path = Path(database + f".{job}.lock") if database and database != ":memory:" else None
     if lock_path is None:
-        yield
+        yield next_fencing_token(engine, job)
         return
     fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
@@ -64,7 +85,7 @@ def processing_lease(engine: Engine, job: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise LeaseHeldError(job) from None
-        yield
+        yield next_fencing_token(engine, job)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 

@@ -1,10 +1,12 @@
 """The checkpoint store: the lifecycle rules of ``coordinator.lifecycle`` applied to catalog rows.
 
 Each public method is one explicit transaction. Concurrency is left to the
-database: the job row is locked (``SELECT ... FOR UPDATE`` on PostgreSQL,
-``BEGIN IMMEDIATE`` on SQLite) before a checkpoint id is allocated or an ack
-is counted, and (job, checkpoint_id) is a primary key, so ids strictly
-increase per job even under concurrent triggers.
+database: every transaction that changes a job's checkpoints, sink or marks
+first locks the job row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN
+IMMEDIATE`` on SQLite), so they are serialized per job; and (job,
+checkpoint_id) is a primary key, so ids strictly increase per job even under
+concurrent triggers. A processing run writes through ``fenced(token)``: the same
+lock also checks that the run still owns the job (coordinator.lease).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from coordinator.catalog.models import (
     TaskAck,
     utcnow,
 )
-from coordinator.errors import CheckpointNotFoundError
+from coordinator.errors import CheckpointNotFoundError, FencedError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import (
     AckResult,
@@ -88,9 +90,15 @@ def policy_of(job: Job) -> CheckpointPolicy:
 
 
 class CheckpointStore:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fence: int | None = None) -> None:
         self.engine = engine
         self.sessions = session_factory(engine)
+        #: a processing run's fencing token: every write transaction checks it (None: not a run)
+        self.fence = fence
+
+    def fenced(self, token: int | None) -> CheckpointStore:
+        """This store as a processing run holding fencing token ``token`` writes through it."""
+        return CheckpointStore(self.engine, token)
 
     # -- jobs -------------------------------------------------------------
     def register_job(self, definition: JobDefinition) -> None:
@@ -127,10 +135,13 @@ class CheckpointStore:
 
     def _lock_job(self, s: Session, name: str) -> Job:
         job = s.execute(select(Job).where(Job.name == name).with_for_update()).scalar_one()
+        if self.fence is not None and job.fencing_token != self.fence:
+            raise FencedError(name, self.fence, job.fencing_token)
         return job
 
     def lock_job(self, s: Session, name: str) -> Job:
-        """Lock the job row in ``s`` (what triggers and acks serialize on), for callers outside the store."""
+        """Lock the job row in ``s`` (what every change of a job's checkpoints, sink or marks
+        serializes on, and where a run's fencing token is checked), for callers outside the store."""
         return self._lock_job(s, name)
 
     # -- trigger ----------------------------------------------------------

@@ -78,7 +78,8 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     from spark_jobs.snapshot import SnapshotMode
 
     mode = SnapshotMode(args.snapshot_mode)
-    with processing_lease(engine, job.name):
+    with processing_lease(engine, job.name) as token:
+        store = store.fenced(token)  # from here on, a run whose lease was taken over cannot write
         own_session = spark is None
         if own_session:
             spark = build_session(f"absreplay-{job.name}", job.parallelism)

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator import sinks, state_files
+from coordinator.errors import FencedError
 from coordinator.faults import fault_point
 from coordinator.graph import OperatorKind
 from coordinator.jobs import JobDefinition
@@ -86,6 +87,8 @@ class SnapshotWriter:
         #: the writer thread died of something that is not an error (the process is going down):
         #: no later snapshot may be written or acked after the one it interrupted
         self._halted = False
+        #: the run lost its lease: the next epoch must not start
+        self._fenced: FencedError | None = None
 
     def snapshot(self, checkpoint_id: int, state: DataFrame, subtasks: frozenset[int] | None = None,
                  back_edge: DataFrame | None = None) -> None:
@@ -94,6 +97,8 @@ class SnapshotWriter:
         ``subtasks``: snapshot and ack only these subtasks (a partial recovery: the others
         acked checkpoint n before the failure and keep their files). ``back_edge``: back-edge
         log n of a job with a loop (immutable), written and recorded with the acks."""
+        if self._fenced is not None:
+            raise self._fenced
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
@@ -123,6 +128,7 @@ class SnapshotWriter:
     def _write_sink_directly(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming) -> None:
         rows = self._changed_since_base(state).select(*self.ops.sink_columns).toArrow()
         with self.store.sessions.begin() as s:
+            self.store.lock_job(s, self.job.name)
             sinks.upsert(s, sinks.SINK_TABLES[self.job.sink_table], checkpoint_id, rows)
         self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED, "run with --snapshot-mode none")
         self.base = checkpoint_id
@@ -149,6 +155,10 @@ class SnapshotWriter:
                 # delta must also hold this epoch's changes; its files are garbage
                 timing.error = f"checkpoint {checkpoint_id} was failed while its snapshot was written: acks {refused}"
                 return
+        except FencedError as exc:
+            # another run owns the job now: this one must not write anything more, not even a decline
+            self._halted, self._fenced = True, exc
+            raise
         except Exception as exc:  # the checkpoint fails; processing goes on
             first = str(exc).splitlines()[0] if str(exc) else ""
             timing.error = f"{exc.__class__.__name__}: {first}"
@@ -217,6 +227,7 @@ class SnapshotWriter:
         stats = keyed_state.stats_from_metrics(metrics, p)
         changed = int(metrics["changed"] or 0)
         with self.store.sessions.begin() as s:
+            self.store.lock_job(s, self.job.name)
             sinks.stage(s, self.job.name, self.job.sink_operator, checkpoint_id, op_uri, self.base, changed)
         handles = self._stateless_handles()
         for i in range(p):
