@@ -12,8 +12,8 @@ For the sinks' high-water marks the loop is one more input: an epoch of a job
 with a loop reads the previous back-edge log besides the source records, so an
 epoch with no new source record can still change the output (the loop drains).
 ``loop_position`` names that input's position: the epoch itself (for a replay
-after a recovery, the epoch it re-does), so a new epoch is never mistaken for
-a replay of output already committed.
+after a recovery, the original epoch it re-does, through replays of replays),
+so a new epoch is never mistaken for a replay of output already committed.
 """
 
 from __future__ import annotations
@@ -72,5 +72,9 @@ def loop_position(s: Session, job: str, checkpoint_id: int) -> dict[str, int]:
     )
     if not has_log:
         return {}
-    ck = s.get(Checkpoint, (job, checkpoint_id))
-    return {LOOP_PARTITION: ck.replay_of or checkpoint_id}
+    # a replay re-does the epoch of the checkpoint it replays, and a replay of a replay the same
+    # epoch again: the position is the original epoch's, so every replay of it is deduplicated
+    epoch = checkpoint_id
+    while (ck := s.get(Checkpoint, (job, epoch))) is not None and ck.replay_of is not None:
+        epoch = ck.replay_of
+    return {LOOP_PARTITION: epoch}

@@ -147,8 +147,9 @@ def reset_after(
     after = restored or 0
     with store.sessions.begin() as s:
         job_row = store.lock_job(s, job)
-        # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted
-        out.committed, out.aborted = sinks.settle(s, job, sink_table)
+        # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted,
+        # and so is output after the restore point whose files fail verification: its epoch is replayed
+        out.committed, out.aborted = sinks.settle(s, job, sink_table, replayed_after=after)
         later = list(s.scalars(
             select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
             .order_by(Checkpoint.checkpoint_id)

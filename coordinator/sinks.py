@@ -10,6 +10,12 @@ status change, so the table only ever shows output as of a committed
 checkpoint; transactions commit in checkpoint order. Abort only changes the
 status: the files go with the checkpoint's directory.
 
+Verification: the ack recorded the staged files' manifest (coordinator.manifests);
+a commit reads the files through it, so a missing, truncated or replaced file
+commits nothing, leaves the marks alone and names the checkpoint and the file
+(``StagedOutputError``). A recovery that replays the checkpoint's epoch anyway
+aborts such a transaction instead (``settle(..., replayed_after=N)``).
+
 High-water marks: with its output, a commit records the checkpoint's cut as
 the sink's high-water mark per source partition (``sink_watermarks``), in the
 same transaction. A transaction whose every record lies at or below those
@@ -23,16 +29,18 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from sqlalchemy import delete, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from coordinator import back_edge_logs, state_files
+from coordinator import back_edge_logs, manifests, state_files
 from coordinator.catalog.models import Checkpoint, SinkTransaction, SinkWatermark, SourceCut, utcnow
 from coordinator.errors import SinkCommitError
 from coordinator.faults import fault_point
@@ -66,6 +74,21 @@ def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Tabl
         return pa.table({c: [] for c in columns})
     flt = None if base is None else pc.field("updated") > base
     return dataset.to_table(columns=list(columns), filter=flt)
+
+
+def staged_rows(txn: SinkTransaction, columns: tuple[str, ...], way_on: Callable[[], str]) -> pa.Table:
+    """The rows a transaction commits, read from its staged files once they are verified."""
+    if txn.checksum is None:  # staged before the catalog recorded manifests (revision 0004)
+        return read_staged(txn.staged_uri, columns, txn.base_checkpoint_id)
+    files = manifests.verified(txn.staged_uri, txn.checksum, txn.job, txn.checkpoint_id, way_on)
+    wanted = [*columns, "updated"]
+    tables = [pq.read_table(pa.BufferReader(data), columns=wanted) for _, data in files]
+    if not tables:
+        return pa.table({c: [] for c in columns})
+    rows = pa.concat_tables(tables, promote_options="default")
+    if txn.base_checkpoint_id is not None:
+        rows = rows.filter(pc.greater(rows.column("updated"), txn.base_checkpoint_id))
+    return rows.select(list(columns))
 
 
 def upsert(s: Session, sink: SinkTable, checkpoint_id: int, rows: pa.Table) -> None:
@@ -104,14 +127,18 @@ def upsert(s: Session, sink: SinkTable, checkpoint_id: int, rows: pa.Table) -> N
         cur.close()
 
 
-def stage(s: Session, job: str, sink_name: str, checkpoint_id: int, uri: str, base: int | None, rows: int) -> None:
-    """Pre-commit: record the checkpoint's staged output (replacing a dead attempt's record)."""
+def stage(s: Session, job: str, sink_name: str, checkpoint_id: int, uri: str, base: int | None, rows: int,
+          manifest: manifests.Manifest | None = None) -> None:
+    """Pre-commit: record the checkpoint's staged output (replacing a dead attempt's record), with
+    the manifest of its files (``manifests.seal``) that the commit verifies."""
     txn = s.get(SinkTransaction, (job, checkpoint_id, sink_name))
     if txn is None:
         txn = SinkTransaction(job=job, checkpoint_id=checkpoint_id, sink=sink_name)
         s.add(txn)
     txn.status, txn.staged_uri, txn.base_checkpoint_id = SinkTxnStatus.STAGED, uri, base
     txn.rows, txn.staged_at, txn.finished_at = rows, utcnow(), None
+    txn.files, txn.bytes, txn.checksum = (
+        (manifest.files, manifest.bytes, manifest.checksum) if manifest else (None, None, None))
 
 
 def cut_of(s: Session, job: str, checkpoint_id: int) -> dict[str, int]:
@@ -137,7 +164,7 @@ def covered(cut: dict[str, int], marks: dict[str, int]) -> bool:
     return bool(marks) and all(offset <= marks.get(p, 0) for p, offset in cut.items())
 
 
-def commit(s: Session, table: str, txn: SinkTransaction) -> None:
+def commit(s: Session, table: str, txn: SinkTransaction, way_on: Callable[[], str] = str) -> None:
     sink = SINK_TABLES[table]
     # a job with a loop also reads its back-edge log: an epoch with no new source record is not a replay
     cut = cut_of(s, txn.job, txn.checkpoint_id) | back_edge_logs.loop_position(s, txn.job, txn.checkpoint_id)
@@ -145,7 +172,7 @@ def commit(s: Session, table: str, txn: SinkTransaction) -> None:
     if covered(cut, marks):
         txn.status, txn.rows, txn.finished_at = SinkTxnStatus.DEDUPLICATED, 0, utcnow()
         return
-    rows = read_staged(txn.staged_uri, sink.columns, txn.base_checkpoint_id)
+    rows = staged_rows(txn, sink.columns, way_on)
     upsert(s, sink, txn.checkpoint_id, rows)
     fault_point("sink.mid_commit", txn.checkpoint_id)
     set_watermarks(s, txn.job, txn.sink, {p: max(o, marks.get(p, 0)) for p, o in cut.items()}, txn.checkpoint_id)
@@ -154,29 +181,52 @@ def commit(s: Session, table: str, txn: SinkTransaction) -> None:
 
 def revert_after(s: Session, job: str, sink_name: str, sink: SinkTable, checkpoint_id: int,
                  cut: dict[str, int], state_rows: pa.Table | None) -> int:
-    """Put the sink back to checkpoint ``checkpoint_id`` (for a rewind): rows written later are
-    deleted, then those keys that checkpoint's state holds (``state_rows``: sink columns and
-    ``updated``) are written back with their values and checkpoint ids. Returns the rows touched."""
-    deleted = s.execute(
-        text(f"DELETE FROM {sink.table} WHERE checkpoint_id > :n RETURNING {sink.key}"), {"n": checkpoint_id}
-    ).scalars().all()
-    if deleted and state_rows is not None and state_rows.num_rows:
-        back = state_rows.filter(pc.is_in(state_rows.column(sink.key), value_set=pa.array(deleted)))
-        back = back.select(list(sink.columns)).append_column("checkpoint_id", back.column("updated"))
-        upsert(s, sink, checkpoint_id, back)
+    """Put the sink back to exactly checkpoint ``checkpoint_id`` (for a rewind): its view of that
+    checkpoint's state (``state_rows``: sink columns and ``updated``). Keys the state does not hold
+    are deleted and rows whose values differ are rewritten, whatever checkpoint stamped them (after
+    an earlier recovery, rows of superseded checkpoints carry lower ids than the rewind target).
+    The high-water marks go back to the checkpoint's cut. Returns the rows touched."""
+    target: dict[object, tuple] = {}
+    if state_rows is not None and state_rows.num_rows:
+        keys = state_rows.column(sink.key).to_pylist()
+        values = zip(*(state_rows.column(c).to_pylist() for c in sink.values), strict=True)
+        target = dict(zip(keys, values, strict=True))
+    current = {row[0]: tuple(row[1:]) for row in s.execute(
+        text(f"SELECT {', '.join(sink.columns)} FROM {sink.table}")
+    ).all()}
+    gone = [{"k": k} for k in current if k not in target]
+    if gone:
+        s.execute(text(f"DELETE FROM {sink.table} WHERE {sink.key} = :k"), gone)
+    back = [k for k, v in target.items() if current.get(k) != v]
+    if back:
+        rows = state_rows.filter(pc.is_in(state_rows.column(sink.key), value_set=pa.array(back)))
+        upsert(s, sink, checkpoint_id,
+               rows.select(list(sink.columns)).append_column("checkpoint_id", rows.column("updated")))
     set_watermarks(s, job, sink_name, cut, checkpoint_id)
-    return len(deleted)
+    return len(gone) + len(back)
 
 
 def abort(txn: SinkTransaction) -> None:
     txn.status, txn.finished_at = SinkTxnStatus.ABORTED, utcnow()
 
 
-def settle(s: Session, job: str, table: str) -> tuple[list[int], list[int]]:
+def way_past(s: Session, job: str, checkpoint_id: int) -> str:
+    """How to get past a checkpoint whose staged output cannot be committed: replay its epoch."""
+    before = s.scalar(select(Checkpoint.checkpoint_id).where(
+        Checkpoint.job == job, Checkpoint.checkpoint_id < checkpoint_id,
+        Checkpoint.status == CheckpointStatus.COMPLETED,
+    ).order_by(Checkpoint.checkpoint_id.desc()).limit(1))
+    where = f"--checkpoint {before}" if before is not None else "--fallback"
+    return f"replay its epoch from an earlier checkpoint with `absreplay recover {job} {where}`"
+
+
+def settle(s: Session, job: str, table: str, replayed_after: int | None = None) -> tuple[list[int], list[int]]:
     """Commit the staged transactions of completed checkpoints (in order) and abort the failed ones'.
 
     Returns (committed ids, aborted ids). A staged transaction of a still
     PENDING checkpoint stops the commits: later ones must wait for it.
+    ``replayed_after``: a recovery is about to replay every epoch after this checkpoint, so a
+    transaction after it whose files fail verification is aborted (its epoch is redone), not raised.
     """
     rows = s.execute(
         select(SinkTransaction, Checkpoint.status)
@@ -197,7 +247,14 @@ def settle(s: Session, job: str, table: str) -> tuple[list[int], list[int]]:
             blocked = True
         elif not blocked:
             try:
-                commit(s, table, txn)
+                # verification comes before any write: a failed one leaves the transaction untouched
+                commit(s, table, txn, lambda cid=txn.checkpoint_id: way_past(s, job, cid))
+            except manifests.StagedOutputError:
+                if replayed_after is None or txn.checkpoint_id <= replayed_after:
+                    raise
+                abort(txn)
+                aborted.append(txn.checkpoint_id)
+                continue
             except (SQLAlchemyError, pa.ArrowException, OSError) as exc:
                 # the database, the staged files: one line that names the checkpoint and the way on
                 raise SinkCommitError(job, txn.checkpoint_id, table, exc) from exc

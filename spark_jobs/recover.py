@@ -105,9 +105,8 @@ def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinit
             if not request.fallback:
                 raise
             older = recovery.previous_completed(store, job.name, target)
-            if older is None:
-                raise StateIntegrityError(f"{exc}; --fallback: no older completed checkpoint") from None
-            notes.append(f"checkpoint {target} is unusable ({exc}); --fallback: recovering from checkpoint {older}")
+            to = f"checkpoint {older}" if older is not None else "the start of the sources (no older completed checkpoint)"
+            notes.append(f"checkpoint {target} is unusable ({exc}); --fallback: recovering from {to}")
             log("  " + notes[-1])
             # kept acks belong to checkpoints after the unusable one: fall back to a full recovery
             target, partial = older, False

@@ -27,7 +27,7 @@ from enum import StrEnum
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator import sinks, state_files
+from coordinator import manifests, sinks, state_files
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
 from coordinator.graph import OperatorKind
@@ -199,6 +199,8 @@ class SnapshotWriter:
                              subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:
         t0 = time.perf_counter()
         logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id)
+        manifests.make_durable(state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id,
+                                                        self.job.loop_tail), self._job_root)
         timing.back_edge_ms = int((time.perf_counter() - t0) * 1000)
         if subtasks is not None:
             logs = [log for log in logs if log.subtask in subtasks]
@@ -223,12 +225,14 @@ class SnapshotWriter:
         )
         op_uri = state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, self.job.state_operator)
         keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=subtasks is not None)
+        # durable before the ack, and described so that the commit can verify what it reads
+        manifest = manifests.seal(op_uri, self._job_root)
         metrics = observation.get
         stats = keyed_state.stats_from_metrics(metrics, p)
         changed = int(metrics["changed"] or 0)
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
-            sinks.stage(s, self.job.name, self.job.sink_operator, checkpoint_id, op_uri, self.base, changed)
+            sinks.stage(s, self.job.name, self.job.sink_operator, checkpoint_id, op_uri, self.base, changed, manifest)
         handles = self._stateless_handles()
         for i in range(p):
             st = stats[i]
@@ -256,6 +260,10 @@ class SnapshotWriter:
         timing.state_bytes = sum(h.state_bytes for h in handles)
         timing.sink_rows = changed
         return handles, full
+
+    @property
+    def _job_root(self) -> str:
+        return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
     def _next_is_full(self) -> bool:
         """Full on the first snapshot, every ``full_every``, and when most keys change anyway

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlalchemy import text
 
 from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay.recount import recount
 from absreplay.sample_data import land_batch
-from coordinator import source
+from coordinator import source, state_files
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.jobs import JobDefinition, wordcount
@@ -75,6 +77,10 @@ class Workspace:
         return self.settings.as_env()
 
 
+#: the workspaces made by the running test: tests/sink_check.py judges each one's sink after the test
+WORKSPACES: list[Workspace] = []
+
+
 def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -> Workspace:
     settings = Settings.from_env(
         {"ABS_HOME": str(tmp_path / "home"), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]"}
@@ -82,7 +88,9 @@ def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -
     store = CheckpointStore(make_engine(url))
     job = job or wordcount()
     store.register_job(job)
-    return Workspace(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))
+    ws = Workspace(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))
+    WORKSPACES.append(ws)
+    return ws
 
 
 def free_port() -> int:
@@ -172,3 +180,28 @@ def lost_and_duplicated(expected: dict[str, int], got: dict[str, int]) -> tuple[
     lost = sum(max(0, n - got.get(w, 0)) for w, n in expected.items())
     duplicated = sum(max(0, n - expected.get(w, 0)) for w, n in got.items())
     return lost, duplicated
+
+
+def stage_counts(ws: Workspace, checkpoint_id: int, counts: dict[str, int], base: int | None) -> Path:
+    """What a wordcount run stages for a checkpoint, without Spark: the changed rows as one Parquet
+    file, sealed (durable, with its manifest), and the sink transaction. Returns the file."""
+    from coordinator import manifests, sinks
+
+    op_uri = state_files.operator_dir(ws.settings.state_uri, ws.job.name, checkpoint_id, ws.job.state_operator)
+    part = Path(op_uri.removeprefix("file://")) / "subtask=0"
+    part.mkdir(parents=True)
+    words = sorted(counts)
+    pq.write_table(pa.table({"word": words, "count": pa.array([counts[w] for w in words], pa.int64()),
+                             "updated": pa.array([checkpoint_id] * len(words), pa.int64())}),
+                   part / "part-0.parquet")
+    manifest = manifests.seal(op_uri, f"{state_files.spark_uri(ws.settings.state_uri)}/{ws.job.name}")
+    with ws.store.sessions.begin() as s:
+        sinks.stage(s, ws.job.name, ws.job.sink_operator, checkpoint_id, op_uri, base, len(words), manifest)
+    return part / "part-0.parquet"
+
+
+def complete(store: CheckpointStore, job: JobDefinition, checkpoint_id: int) -> list:
+    """Every task of the job acks the checkpoint (through ``store``: a fenced one may refuse)."""
+    from coordinator.store import StateHandle
+
+    return store.ack_many(job.name, checkpoint_id, [StateHandle(t.operator, t.subtask) for t in job.execution_graph.tasks])

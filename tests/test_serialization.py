@@ -10,41 +10,20 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
-from coordinator import sinks, state_files
+from coordinator import sinks
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.errors import FencedError
 from coordinator.lease import lease_key, processing_lease
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason
-from coordinator.store import CheckpointStore, StateHandle
-from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace
+from coordinator.store import CheckpointStore
+from tests.helpers import cli, cli_ok, complete, lost_and_duplicated, make_workspace, stage_counts
 
 SLOW = "slow-finalize"
-
-
-def stage_counts(ws, checkpoint_id: int, counts: dict[str, int], base: int | None) -> None:
-    """What a processing run stages: the keyed state's changed rows as Parquet, and the txn."""
-    op_uri = state_files.operator_dir(ws.settings.state_uri, ws.job.name, checkpoint_id, ws.job.state_operator)
-    part = Path(op_uri.removeprefix("file://")) / "subtask=0"
-    part.mkdir(parents=True)
-    words = sorted(counts)
-    pq.write_table(pa.table({"word": words, "count": pa.array([counts[w] for w in words], pa.int64()),
-                             "updated": pa.array([checkpoint_id] * len(words), pa.int64())}),
-                   part / "part-0.parquet")
-    with ws.store.sessions.begin() as s:
-        sinks.stage(s, ws.job.name, ws.job.sink_operator, checkpoint_id, op_uri, base, len(words))
-
-
-def complete(store: CheckpointStore, ws, checkpoint_id: int) -> list[AckResult]:
-    return store.ack_many(ws.job.name, checkpoint_id,
-                          [StateHandle(t.operator, t.subtask) for t in ws.job.execution_graph.tasks])
 
 
 def marks(ws) -> list[tuple]:
@@ -60,7 +39,7 @@ def test_a_slow_finalize_never_writes_older_output_over_a_newer_commit(tmp_path,
     for cut in (10, 20):
         ws.store.trigger(ws.job.name, lambda s, cid, end=cut: ({"p0": end}, 0, 0))
     stage_counts(ws, 1, {"a": 1, "b": 1}, None)
-    complete(ws.store, ws, 1)
+    complete(ws.store, ws.job, 1)
 
     inside = threading.Event()
     real_upsert = sinks.upsert
@@ -85,7 +64,7 @@ def test_a_slow_finalize_never_writes_older_output_over_a_newer_commit(tmp_path,
     slow.start()
     assert inside.wait(30)
     stage_counts(ws, 2, {"a": 5}, 1)
-    assert complete(ws.store, ws, 2) == [AckResult.SUCCESS] * len(ws.job.execution_graph.tasks)
+    assert complete(ws.store, ws.job, 2) == [AckResult.SUCCESS] * len(ws.job.execution_graph.tasks)
     ws.coordinator.finalize()
     slow.join(60)
     assert not errors, errors
@@ -106,13 +85,13 @@ def test_a_run_whose_lease_was_taken_over_cannot_ack_decline_or_commit(tmp_path,
         cid = ws.store.trigger(ws.job.name, lambda s, c: ({"p0": 5}, 0, 0)).checkpoint_id
         stale, owner = ws.store.fenced(first), ws.store.fenced(second)
         with pytest.raises(FencedError, match=rf"lost its lease \(fencing token {first}, the job is at {second}\)"):
-            complete(stale, ws, cid)
+            complete(stale, ws.job, cid)
         with pytest.raises(FencedError):
             stale.fail(ws.job.name, cid, FailureReason.TASK_DECLINED)
         with pytest.raises(FencedError):
             CheckpointCoordinator(stale, ws.job, ws.settings.data_dir, ws.settings.state_uri).finalize()
         assert ws.store.acks(ws.job.name, cid) == []
-        complete(owner, ws, cid)
+        complete(owner, ws.job, cid)
         assert ws.store.checkpoint(ws.job.name, cid).status == CheckpointStatus.COMPLETED
 
 

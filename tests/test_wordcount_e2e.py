@@ -172,8 +172,8 @@ def test_a_commit_that_fails_is_one_named_line_and_nothing_is_written(tmp_path, 
     r = cli(ws, "finalize", "wordcount")
     lines = r.err.strip().splitlines()
     assert r.code == 1 and len(lines) == 1, r.out + r.err
-    assert "committing checkpoint 2 of job 'wordcount' into wordcount_counts failed" in lines[0]
-    assert "run `absreplay finalize wordcount` again" in lines[0]
+    assert "staged output of checkpoint 2 of job 'wordcount' does not match its ack" in lines[0]
+    assert f"{victim.name} has 0 bytes" in lines[0] and "absreplay recover wordcount --checkpoint 1" in lines[0]
     assert ws.committed() == before
     victim.write_bytes(content)
     assert cli(ws, "finalize", "wordcount").code == 0

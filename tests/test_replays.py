@@ -1,0 +1,83 @@
+"""Rewinds and replays of replays in the catalog (issue 10, item 5), on both backends, without Spark:
+what a recovery's reset leaves in the sink, given the restored checkpoint's state."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from sqlalchemy import text
+
+from coordinator import back_edge_logs, recovery, sinks
+from coordinator.jobs import connected_components
+from coordinator.recovery import RecoveryKind, RecoveryMode
+from tests.helpers import complete, make_workspace, stage_counts
+
+
+def txn_status(ws) -> dict[int, str]:
+    with ws.store.engine.connect() as c:
+        return dict(c.execute(text("SELECT checkpoint_id, status FROM sink_transactions")).all())
+
+
+def reset(ws, restored: int, kind: RecoveryKind, state_rows: pa.Table | None = None) -> recovery.ResetOutcome:
+    rid = recovery.start(ws.store, ws.job.name, kind, RecoveryMode.FULL, restored)
+    return recovery.reset_after(ws.store, ws.job.name, ws.job.sink_table, ws.job.sink_operator, restored, rid,
+                                kind, state_rows)
+
+
+def test_rewind_puts_back_rows_that_superseded_checkpoints_stamped_with_lower_ids(tmp_path, catalog_url) -> None:
+    """1: a=1; 2: a=2 b=1; 3: a=3 c=1, all committed. Recovering to 1 replays 2 and 3 as 4 and 5,
+    both deduplicated: the sink keeps rows stamped 2 and 3. A rewind to 4 (the state of epoch 2)
+    must leave the sink at {a: 2, b: 1}; deleting only rows stamped after 4 kept a=3 and c=1."""
+    ws = make_workspace(tmp_path, catalog_url)
+    epochs = {1: {"a": 1}, 2: {"a": 2, "b": 1}, 3: {"a": 3, "c": 1}}
+    for cid, counts in epochs.items():
+        ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))
+        stage_counts(ws, cid, counts, cid - 1 or None)
+        complete(ws.store, ws.job, cid)
+    ws.coordinator.finalize()
+    assert ws.committed() == {"a": 3, "b": 1, "c": 1}
+    out = reset(ws, 1, RecoveryKind.RECOVER)
+    assert out.replays == {4: 2, 5: 3}
+    for cid, of in out.replays.items():
+        stage_counts(ws, cid, epochs[of], cid - 1)
+        complete(ws.store, ws.job, cid)
+    ws.coordinator.finalize()
+    assert txn_status(ws)[4] == txn_status(ws)[5] == "DEDUPLICATED"
+    state_at_4 = pa.table({"word": ["a", "b"], "count": pa.array([2, 1], pa.int64()),
+                           "updated": pa.array([4, 4], pa.int64())})
+    out = reset(ws, 4, RecoveryKind.REWIND, state_at_4)
+    assert ws.committed() == {"a": 2, "b": 1}
+    assert out.reverted_rows == 2  # c deleted, a rewritten
+    with ws.store.engine.connect() as c:
+        marks = c.execute(text('SELECT partition, "offset", checkpoint_id FROM sink_watermarks')).all()
+    assert marks == [("p0", 20, 4)]
+
+
+def test_a_replay_of_a_replay_is_deduplicated_in_a_job_with_a_loop(tmp_path, catalog_url) -> None:
+    """connected_components: the loop position of a replay of a replay is the original epoch's, so
+    a second recovery to the same checkpoint re-commits nothing (older labels never overwrite newer)."""
+    ws = make_workspace(tmp_path, catalog_url, connected_components())
+    loop = back_edge_logs.BackEdgeLogHandle(ws.job.loop_tail, 0, None, 0)
+
+    def finish(cid: int) -> None:
+        with ws.store.sessions.begin() as s:
+            sinks.stage(s, ws.job.name, ws.job.sink_operator, cid, "/nonexistent/staged", cid - 1 or None, 0)
+            back_edge_logs.record(s, ws.job.name, cid, [loop])
+        complete(ws.store, ws.job, cid)
+
+    for cid in (1, 2, 3):
+        ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))
+        finish(cid)
+    ws.coordinator.finalize()
+    first = reset(ws, 1, RecoveryKind.RECOVER)
+    for cid in first.replays:
+        finish(cid)
+    ws.coordinator.finalize()
+    second = reset(ws, 1, RecoveryKind.RECOVER)
+    assert second.replays == {6: 4, 7: 5}
+    for cid in second.replays:
+        finish(cid)
+    ws.coordinator.finalize()
+    status = txn_status(ws)
+    assert [status[c] for c in (4, 5, 6, 7)] == ["DEDUPLICATED"] * 4
+    with ws.store.sessions() as s:
+        assert back_edge_logs.loop_position(s, ws.job.name, 7) == {back_edge_logs.LOOP_PARTITION: 3}
