@@ -15,7 +15,7 @@ from rich.console import Console
 from absreplay import views
 from absreplay.context import job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
-from coordinator.errors import AbsError, UsageError
+from coordinator.errors import UsageError, as_user_error
 from coordinator.jobs import REGISTRY
 from coordinator.lease import processing_lease
 from coordinator.policy import TriggerDecision
@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: click reports usage errors (exit 2); ABS Replay's own errors are one line."""
     try:
         app(args=argv)
-    except AbsError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(exc.exit_code)
+    except Exception as exc:
+        error = as_user_error(exc)
+        if error is None:
+            raise  # a bug of ours: its traceback is what a report needs
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        sys.exit(error.exit_code)

@@ -82,3 +82,54 @@ class SinkCommitError(AbsError):
             f"wait for it: fix the cause, then run `absreplay finalize {job}` again"
         )
         self.job, self.checkpoint_id = job, checkpoint_id
+
+
+class CatalogBusyError(AbsError):
+    """SQLite: another process held the catalog's write lock for longer than the busy timeout."""
+
+
+class EnvironmentFailure(AbsError):
+    """Something outside ABS Replay failed (a file, the catalog server, Spark): one line naming it."""
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _spark_line(exc: BaseException) -> str:
+    """The line of a Spark/Py4J error that says what failed (not "An error occurred while calling o42")."""
+    text = str(exc)
+    for line in text.splitlines():
+        line = line.strip().removeprefix(": ")
+        if "Exception:" in line or "Error:" in line or line.startswith("["):
+            return line[:500]
+    return _first_line(text)[:500]
+
+
+def as_user_error(exc: BaseException) -> AbsError | None:
+    """A failure a user can cause or meet, as an AbsError with one line that names what and where;
+    None for what is a bug of ours (the caller lets its traceback through)."""
+    if isinstance(exc, AbsError):
+        return exc
+    module = type(exc).__module__
+    name = exc.__class__.__name__
+    if module.startswith("sqlalchemy"):
+        orig = getattr(exc, "orig", None) or exc
+        first = _first_line(str(orig))
+        if "database is locked" in first:
+            return CatalogBusyError(
+                "the SQLite catalog stayed locked by another writer longer than its busy timeout "
+                "(ABS_SQLITE_BUSY_TIMEOUT_S); nothing of this command was written: try again, or use PostgreSQL "
+                "for concurrent writers"
+            )
+        return EnvironmentFailure(f"the catalog database failed ({orig.__class__.__name__}: {first})")
+    if isinstance(exc, OSError):
+        where = " ".join(str(f) for f in (exc.filename, exc.filename2) if f)
+        what = exc.strerror or _first_line(str(exc))
+        return EnvironmentFailure(f"file system: {what}" + (f": {where}" if where else ""))
+    if module.startswith(("pyspark", "py4j")):
+        return EnvironmentFailure(f"Spark failed ({name}): {_spark_line(exc)}")
+    if module.startswith("pyarrow"):
+        return EnvironmentFailure(f"reading or writing Arrow/Parquet failed ({name}): {_first_line(str(exc))}")
+    return None

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from coordinator import recovery
 from coordinator.catalog.db import ensure_migrated, make_engine
-from coordinator.errors import AbsError
+from coordinator.errors import as_user_error
 from coordinator.jobs import get_job
 from coordinator.lease import processing_lease
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
@@ -50,9 +50,12 @@ def run(argv: list[str], spark: SparkSession | None = None) -> int:
     else start one and stop it at the end."""
     try:
         return _run(parse_args(argv), spark)
-    except AbsError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
+    except Exception as exc:
+        error = as_user_error(exc)
+        if error is None:
+            raise  # a bug of ours: its traceback is what a report needs
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return error.exit_code
 
 
 def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.catalog.db import ensure_migrated, make_engine
-from coordinator.errors import AbsError, CheckpointNotFoundError, UsageError
+from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from coordinator.jobs import JobDefinition, get_job
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
@@ -137,8 +137,9 @@ def run(argv: list[str], spark: SparkSession | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code if isinstance(exc, UsageError) else COULD_NOT_CHECK
     except Exception as exc:  # noqa: BLE001 - Spark, the catalog: whatever failed, the answer is "could not check"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"error: could not check: {exc.__class__.__name__}: {first}", file=sys.stderr, flush=True)
+        error = as_user_error(exc)
+        what = str(error) if error else f"{exc.__class__.__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        print(f"error: could not check: {what}", file=sys.stderr, flush=True)
         return COULD_NOT_CHECK
     if report.equal:
         print(f"{job.name}: checkpoint {report.checkpoint_id} verified: the stored state equals a recomputation "

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
-from tests.helpers import ABSREPLAY, CliResult, cli
+from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace
 
 
 def absreplay(*args: str, env: dict[str, str]) -> CliResult:
@@ -127,3 +127,50 @@ def test_a_registered_segment_that_changed_stops_processing_with_its_name(tmp_pa
     one_line_error(r, f"segment {seg} of epoch 1")
     assert needle in r.err
     assert ws.store.acks(ws.job.name, 1) == [] and ws.store.checkpoint(ws.job.name, 1).status == "PENDING"
+
+
+# -- failures of what lies outside ABS Replay: one line, exit 1 (issue 10, item 9) -----------------
+def one_line_failure(result: CliResult, *needles: str) -> str:
+    lines = [ln for ln in result.err.strip().splitlines() if ln.strip()]
+    assert result.code == 1, result.err + result.out
+    assert "Traceback" not in result.err and len(lines) == 1, result.err
+    assert all(n in lines[0] for n in needles), lines[0]
+    return lines[0]
+
+
+def test_a_locked_sqlite_catalog_is_one_line(tmp_path, sqlite_url) -> None:
+    import sqlite3
+
+    ws = make_workspace(tmp_path, sqlite_url)
+    ws.land(0, lines=10)
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer that does not let go
+    try:
+        r = cli(ws, "inject", "wordcount", env={"ABS_SQLITE_BUSY_TIMEOUT_S": "0.3"})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    one_line_failure(r, "stayed locked by another writer", "ABS_SQLITE_BUSY_TIMEOUT_S")
+    assert ws.store.checkpoints("wordcount") == []
+
+
+def test_a_catalog_path_under_a_file_is_one_line(tmp_path) -> None:
+    (tmp_path / "plain").write_text("not a directory")
+    r = absreplay("db", "upgrade", env={"ABS_HOME": str(tmp_path),
+                                        "ABS_DATABASE_URL": f"sqlite:///{tmp_path}/plain/catalog.db"})
+    one_line_failure(r, "file system:", str(tmp_path / "plain"))
+
+
+def test_a_spark_failure_is_one_line(tmp_path, sqlite_url, spark, monkeypatch) -> None:
+    """Spark cannot read an epoch (here: a segment removed behind the segment check's back)."""
+    from spark_jobs.runner import EpochRunner
+
+    ws = make_workspace(tmp_path, sqlite_url)
+    ws.land(0, lines=10)
+    ws.coordinator.inject()
+    monkeypatch.setattr(EpochRunner, "check_segments", lambda self, plans: None)
+    for seg in ws.input_dir.rglob("*"):
+        if seg.is_file():
+            seg.unlink()
+    r = cli(ws, "process", "wordcount", spark=spark)
+    one_line_failure(r, "Spark failed")

@@ -8,6 +8,7 @@ with a one-line message that never shows a password.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
@@ -15,7 +16,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.errors import CatalogUnavailableError, ConfigError
+from coordinator.errors import CatalogBusyError, CatalogUnavailableError, ConfigError, as_user_error
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 
@@ -40,12 +41,24 @@ def safe_url(url: str | URL) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def busy_timeout_s() -> float:
+    """How long a SQLite writer waits for another one (``ABS_SQLITE_BUSY_TIMEOUT_S``, default 60 s)."""
+    raw = os.environ.get("ABS_SQLITE_BUSY_TIMEOUT_S", "60")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"ABS_SQLITE_BUSY_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"ABS_SQLITE_BUSY_TIMEOUT_S must be >= 0, got {raw!r}")
+    return value
+
+
 def make_engine(url: str) -> Engine:
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(parsed, connect_args={"timeout": 60})
+        engine = create_engine(parsed, connect_args={"timeout": busy_timeout_s()})
         _serialize_sqlite_writers(engine)
     else:
         engine = create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": 10})
@@ -60,7 +73,7 @@ def _serialize_sqlite_writers(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cur = dbapi_connection.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s() * 1000)}")
         # WAL + NORMAL: a commit survives a crash of the process (not of the OS) without an fsync each
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
@@ -110,7 +123,10 @@ def ensure_migrated(engine: Engine) -> None:
     try:
         tables = set(inspect(engine).get_table_names())
     except SQLAlchemyError as exc:
-        raise CatalogUnavailableError(f"cannot read the catalog {safe_url(engine.url)}: {exc}") from None
+        error = as_user_error(exc)
+        if isinstance(error, CatalogBusyError):
+            raise error from None
+        raise CatalogUnavailableError(f"cannot read the catalog {safe_url(engine.url)}: {error}") from None
     if "checkpoints" not in tables:
         raise CatalogUnavailableError(
             f"catalog {safe_url(engine.url)} has no schema: run `absreplay db upgrade` first"
