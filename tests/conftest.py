@@ -61,6 +61,24 @@ def _heavy_seconds(item: pytest.Item) -> float:
     return 0.0 if marker is None else float(marker.kwargs.get("seconds", marker.args[0] if marker.args else 1))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """After the test body: judge the sink of every workspace it made (tests/sink_check.py)."""
+    from tests import helpers, sink_check
+
+    helpers.WORKSPACES.clear()
+    result = yield
+    unchecked = item.get_closest_marker("sink_unchecked")
+    if unchecked is None:
+        for ws in helpers.WORKSPACES:
+            verdict = sink_check.judge(ws)
+            if verdict is not None:
+                what, (lost, duplicated) = verdict
+                assert (lost, duplicated) == (0, 0), f"{what}: lost={lost} duplicated={duplicated}"
+    helpers.WORKSPACES.clear()
+    return result
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # CI: reproducible examples, no example database left behind, and the blob to replay a failure
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
