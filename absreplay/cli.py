@@ -17,7 +17,7 @@ from absreplay.context import job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
 from coordinator.jobs import REGISTRY
-from coordinator.lease import processing_lease
+from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.policy import TriggerDecision
 from coordinator.settings import Settings
 
@@ -84,7 +84,7 @@ def process(
     elif not _has_pending(ctx):
         return
     # fail fast, before a JVM starts; the application itself holds the lease for its run
-    with processing_lease(ctx.store.engine, job):
+    with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):
         pass
     code = run_processing(ctx.settings, args)
     if code:
@@ -179,7 +179,7 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
 
     ctx = job_context(job)
     target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
-    with processing_lease(ctx.store.engine, job):  # fail fast (exit 2) if a run holds the job
+    with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds the job
         pass
     if target is None:
         out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")

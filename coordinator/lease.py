@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,17 +57,38 @@ def next_fencing_token(engine: Engine, job: str) -> int | None:
         ).scalar_one_or_none()
 
 
+#: how long a run waits for a lease held by a maintenance step (expiry holds it for milliseconds);
+#: a lease held by another run is still held then, and the run stops with LeaseHeldError
+RUN_LEASE_WAIT_S = 3.0
+
+
+def _try_until(attempt, deadline: float) -> bool:
+    while not attempt():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @contextmanager
-def processing_lease(engine: Engine, job: str) -> Iterator[int | None]:
-    """Hold the job's lease; yields the run's fencing token."""
+def processing_lease(engine: Engine, job: str, wait_s: float = 0.0, fence: bool = True) -> Iterator[int | None]:
+    """Hold the job's lease, trying for ``wait_s`` seconds; yields the run's fencing token (bumped
+    unless ``fence`` is False: a maintenance step is not a run and fences nobody)."""
+    deadline = time.monotonic() + wait_s
+    token = (lambda: next_fencing_token(engine, job)) if fence else (lambda: None)
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
             key = lease_key(job)
-            if not conn.execute(select(func.pg_try_advisory_lock(key))).scalar_one():
+
+            def attempt() -> bool:
+                taken = conn.execute(select(func.pg_try_advisory_lock(key))).scalar_one()
+                conn.commit()
+                return taken
+
+            if not _try_until(attempt, deadline):
                 raise LeaseHeldError(job)
-            conn.commit()
             try:
-                yield next_fencing_token(engine, job)
+                yield token()
             finally:
                 try:
                     conn.execute(select(func.pg_advisory_unlock(key)))
@@ -77,15 +99,21 @@ def processing_lease(engine: Engine, job: str) -> Iterator[int | None]:
     database = engine.url.database
     lock_path = Path(database + f".{job}.lock") if database and database != ":memory:" else None
     if lock_path is None:
-        yield next_fencing_token(engine, job)
+        yield token()
         return
     fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
+
+    def attempt() -> bool:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise LeaseHeldError(job) from None
-        yield next_fencing_token(engine, job)
+            return False
+        return True
+
+    try:
+        if not _try_until(attempt, deadline):
+            raise LeaseHeldError(job)
+        yield token()
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
@@ -93,9 +121,14 @@ def processing_lease(engine: Engine, job: str) -> Iterator[int | None]:
 def expire_unless_processing(store: CheckpointStore, job: str, now: datetime | None = None) -> list[int]:
     """Expire the job's timed-out PENDING checkpoints, but only while no processing run holds its
     lease: a live run may still be writing them, and a checkpoint failed under it would leave its
-    snapshot without acks (the run would see DISCARDED). Returns the expired ids ([] while a run is live)."""
-    try:
-        with processing_lease(store.engine, job):
-            return store.expire_timed_out(job, now)
-    except LeaseHeldError:
-        return []
+    snapshot without acks (the run would see DISCARDED). Returns the expired ids ([] while a run is live).
+
+    The job row is locked first, so the lease is held only for the expiry itself, never while
+    waiting for another writer: a run starting meanwhile waits at most milliseconds for it."""
+    with store.sessions.begin() as s:
+        store.lock_job(s, job)
+        try:
+            with processing_lease(store.engine, job, fence=False):
+                return store.expire_timed_out_in(s, job, now)
+        except LeaseHeldError:
+            return []

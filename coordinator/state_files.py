@@ -64,9 +64,13 @@ def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
 
 
 def delete_dir(uri: str) -> None:
+    """Delete a directory tree; one already gone (a concurrent garbage collection) is fine."""
     fs, path = filesystem(uri)
-    if fs.get_file_info(path).type != pafs.FileType.NotFound:
-        fs.delete_dir(path)
+    try:
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+    except FileNotFoundError:
+        pass
 
 
 def exists(uri: str) -> bool:

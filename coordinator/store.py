@@ -245,22 +245,24 @@ class CheckpointStore:
         return True
 
     def expire_timed_out(self, job_name: str, now: datetime | None = None) -> list[int]:
-        now = now or utcnow()
         with self.sessions.begin() as s:
-            job = self._lock_job(s, job_name)
-            policy = policy_of(job)
-            expired = [
-                ck.checkpoint_id
-                for ck in s.scalars(
-                    select(Checkpoint).where(
-                        Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.PENDING
-                    )
-                )
-                if is_timed_out(policy, ck.triggered_at, now)
-            ]
-            for cid in expired:
-                self._fail(s, job_name, cid, FailureReason.TIMEOUT, f"pending longer than {policy.timeout_ms} ms")
-            return expired
+            return self.expire_timed_out_in(s, job_name, now)
+
+    def expire_timed_out_in(self, s: Session, job_name: str, now: datetime | None = None) -> list[int]:
+        """Fail the PENDING checkpoints older than the timeout, in the caller's transaction."""
+        now = now or utcnow()
+        job = self._lock_job(s, job_name)
+        policy = policy_of(job)
+        expired = [
+            ck.checkpoint_id
+            for ck in s.scalars(
+                select(Checkpoint).where(Checkpoint.job == job_name, Checkpoint.status == CheckpointStatus.PENDING)
+            )
+            if is_timed_out(policy, ck.triggered_at, now)
+        ]
+        for cid in expired:
+            self._fail(s, job_name, cid, FailureReason.TIMEOUT, f"pending longer than {policy.timeout_ms} ms")
+        return expired
 
     def consecutive_failures(self, job_name: str) -> int:
         """Failed checkpoints (that count toward tolerance) since the last completed one."""

@@ -20,7 +20,7 @@ from coordinator import recovery
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from coordinator.jobs import get_job
-from coordinator.lease import processing_lease
+from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     from spark_jobs.snapshot import SnapshotMode
 
     mode = SnapshotMode(args.snapshot_mode)
-    with processing_lease(engine, job.name) as token:
+    with processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S) as token:
         store = store.fenced(token)  # from here on, a run whose lease was taken over cannot write
         own_session = spark is None
         if own_session:
