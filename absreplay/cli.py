@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 
 from absreplay import views
-from absreplay.context import job_context, open_store
+from absreplay.context import JobContext, job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
 from coordinator.jobs import REGISTRY
@@ -28,12 +28,26 @@ app.add_typer(db_app, name="db")
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 SnapshotMode = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
+Parallelism = Annotated[
+    int | None,
+    typer.Option("--parallelism", min=1, help="subtasks per operator for this run (default: ABS_PARALLELISM, "
+                 "else the job's own); state is redistributed by key groups"),
+]
 
 
 def _check_mode(mode: str) -> str:
     if mode not in ("async", "sync", "none"):
         raise UsageError(f"--snapshot-mode must be async, sync or none, not {mode!r}")
     return mode
+
+
+def _parallelism_args(ctx: JobContext, parallelism: int | None) -> list[str]:
+    """The application's --parallelism (none asked: the driver reads ABS_PARALLELISM itself); above
+    the job's max_parallelism: exit 2 before a JVM starts."""
+    from coordinator import rescale
+
+    rescale.run_definition(ctx.store, ctx.job, ctx.settings.parallelism if parallelism is None else parallelism)
+    return [] if parallelism is None else ["--parallelism", str(parallelism)]
 
 
 @db_app.command("upgrade")
@@ -70,6 +84,7 @@ def process(
     job: str,
     snapshot_mode: SnapshotMode = "async",
     restore_from: Annotated[int | None, typer.Option(help="restore from this completed checkpoint")] = None,
+    parallelism: Parallelism = None,
 ) -> None:
     """Process every injected, unprocessed epoch in order, in one Spark application."""
     from absreplay.submit import run_processing
@@ -77,7 +92,7 @@ def process(
     from coordinator import recovery
 
     ctx = job_context(job)
-    args = [job, "--snapshot-mode", _check_mode(snapshot_mode)]
+    args = [job, "--snapshot-mode", _check_mode(snapshot_mode), *_parallelism_args(ctx, parallelism)]
     if restore_from is not None:
         recovery.resolve(ctx.store, job, restore_from)  # unknown or not COMPLETED: exit 2 before a JVM starts
         args += ["--restore-from", str(restore_from)]
@@ -114,14 +129,15 @@ def run(
     job: str,
     cycles: Annotated[int, typer.Option("--cycles", min=1, help="how many inject/process/finalize cycles")] = 1,
     snapshot_mode: SnapshotMode = "async",
+    parallelism: Parallelism = None,
 ) -> None:
     """Inject, process and finalize, N times."""
-    job_context(job)
+    _parallelism_args(job_context(job), parallelism)
     _check_mode(snapshot_mode)
     for i in range(1, cycles + 1):
         out.rule(f"cycle {i}/{cycles}")
         inject(job)
-        process(job, snapshot_mode=snapshot_mode, restore_from=None)
+        process(job, snapshot_mode=snapshot_mode, restore_from=None, parallelism=parallelism)
         finalize(job)
 
 
@@ -131,9 +147,10 @@ def checkpoints(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
     limit: Annotated[int, typer.Option(min=1, help="newest N checkpoints")] = 50,
 ) -> None:
-    """The checkpoint history of a job (the snapshot_history view)."""
+    """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint."""
     ctx = job_context(job)
-    rows = ctx.store.history(job)[-limit:]
+    parallelism = {c.checkpoint_id: c.parallelism for c in ctx.store.checkpoints(job)}
+    rows = [{**row, "parallelism": parallelism.get(row["checkpoint_id"])} for row in ctx.store.history(job)[-limit:]]
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(row, default=str) + "\n")
@@ -153,12 +170,13 @@ def recover(
     mode: Annotated[str, typer.Option(help="full (every task) or partial (failed tasks and their upstream)")] = "full",
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
+    parallelism: Parallelism = None,
 ) -> None:
     """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes).
     With no completed checkpoint yet, every task starts from the empty state at the start of the sources."""
     if mode not in ("full", "partial"):
         raise UsageError(f"--mode must be full or partial, not {mode!r}")
-    _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode))
+    _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode), parallelism)
 
 
 @app.command()
@@ -167,17 +185,20 @@ def rewind(
     to: Annotated[int, typer.Option("--to", help="checkpoint id: every epoch after it is processed again")],
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
+    parallelism: Parallelism = None,
 ) -> None:
     """Reprocess every epoch after a checkpoint (e.g. after a bug fix): later checkpoints are
     superseded and the sink's later output is replaced, not duplicated."""
-    _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode))
+    _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode), parallelism)
 
 
-def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str) -> None:
+def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str,
+              parallelism: int | None) -> None:
     from absreplay.submit import run_processing
     from coordinator import recovery
 
     ctx = job_context(job)
+    scale = _parallelism_args(ctx, parallelism)
     target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
     with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds the job
         pass
@@ -185,7 +206,7 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
         out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")
     else:
         out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
-    args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode]
+    args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode, *scale]
     args += ["--checkpoint", str(target)] if target is not None else []
     code = run_processing(ctx.settings, args + (["--fallback"] if fallback else []))
     rows = recovery.history(ctx.store, job)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from coordinator import rescale
 from coordinator.coordinator import FinalizeReport
 from coordinator.jobs import JobDefinition
 from coordinator.store import CheckpointStore
@@ -23,8 +24,10 @@ def format_bytes(n: int | None) -> str:
 
 
 def jobs_table(store: CheckpointStore, registry: dict[str, JobDefinition]) -> Table:
+    """Tasks and parallelism are the job row's (the graph its last run used), else the definition's."""
     table = Table(title="jobs")
-    for col in ("job", "description", "tasks", "registered", "last checkpoint", "latest completed"):
+    for col in ("job", "description", "tasks", "parallelism", "max parallelism", "registered", "last checkpoint",
+                "latest completed"):
         table.add_column(col)
     for name, definition in sorted(registry.items()):
         row = store.job(name)
@@ -32,7 +35,9 @@ def jobs_table(store: CheckpointStore, registry: dict[str, JobDefinition]) -> Ta
         table.add_row(
             name,
             definition.description,
-            str(len(definition.execution_graph.tasks)),
+            str(row.total_tasks if row else len(definition.execution_graph.tasks)),
+            str(rescale.graph_parallelism(row, definition.state_operator) if row else definition.parallelism),
+            str(row.max_parallelism) if row else "-",
             "yes" if row else "no",
             str(row.last_checkpoint_id) if row else "-",
             str(latest.checkpoint_id) if latest else "-",
@@ -42,8 +47,8 @@ def jobs_table(store: CheckpointStore, registry: dict[str, JobDefinition]) -> Ta
 
 def history_table(job: str, rows: list[dict]) -> Table:
     table = Table(title=f"snapshot_history of {job}")
-    for col in ("checkpoint", "status", "triggered", "duration ms", "state", "acked", "failure"):
-        table.add_column(col, justify="right" if col in ("checkpoint", "duration ms", "state") else "left")
+    for col in ("checkpoint", "status", "triggered", "duration ms", "state", "acked", "parallelism", "failure"):
+        table.add_column(col, justify="right" if col in ("checkpoint", "duration ms", "state", "parallelism") else "left")
     for r in rows:
         table.add_row(
             str(r["checkpoint_id"]),
@@ -52,6 +57,7 @@ def history_table(job: str, rows: list[dict]) -> Table:
             "" if r["duration_ms"] is None else str(r["duration_ms"]),
             format_bytes(r["state_bytes"]),
             f"{r['acked_tasks']}/{r['total_tasks']}",
+            "" if r.get("parallelism") is None else str(r["parallelism"]),
             r["failure_reason"] or "",
         )
     return table

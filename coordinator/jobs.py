@@ -6,7 +6,7 @@ writes; its Spark operators live in ``spark_jobs.operators.<kind>``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.errors import UnknownJobError
 from coordinator.graph import Edge, ExecutionGraph, JobGraph, Operator, OperatorKind, Partitioning
@@ -50,6 +50,14 @@ class JobDefinition:
     @property
     def parallelism(self) -> int:
         return self.graph.operator(self.state_operator).parallelism
+
+    def with_parallelism(self, parallelism: int) -> JobDefinition:
+        """The same job with every operator at ``parallelism``: what a run at another parallelism
+        runs (its keyed state is redistributed by key groups on restore)."""
+        if parallelism < 1:
+            raise ValueError(f"job {self.name!r}: parallelism must be >= 1, got {parallelism}")
+        operators = tuple(replace(op, parallelism=parallelism) for op in self.graph.operators)
+        return replace(self, graph=replace(self.graph, operators=operators))
 
 
 def wordcount(parallelism: int = 2) -> JobDefinition:

@@ -5,6 +5,7 @@ ABS_DATA_DIR      sources: <dir>/<job>/input/<partition>/<segment files>
 ABS_STATE_URI     state root (local path or Hadoop-compatible URI)
 ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
+ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.catalog.db import parse_url
+from coordinator.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Settings:
     data_dir: Path
     state_uri: str
     spark_master: str
+    #: parallelism of processing runs unless one asks for another (None: the job's own)
+    parallelism: int | None = None
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -36,6 +40,7 @@ class Settings:
             data_dir=Path(env.get("ABS_DATA_DIR") or home / "data").expanduser().resolve(),
             state_uri=env.get("ABS_STATE_URI") or str(home / "state"),
             spark_master=env.get("ABS_SPARK_MASTER") or "local[*]",
+            parallelism=_parallelism(env.get("ABS_PARALLELISM") or None),
         )
 
     def as_env(self) -> dict[str, str]:
@@ -45,4 +50,18 @@ class Settings:
             "ABS_DATA_DIR": str(self.data_dir),
             "ABS_STATE_URI": self.state_uri,
             "ABS_SPARK_MASTER": self.spark_master,
+            # empty: unset (the driver reads it like the other settings)
+            "ABS_PARALLELISM": str(self.parallelism or ""),
         }
+
+
+def _parallelism(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        parallelism = int(value)
+    except ValueError:
+        parallelism = 0
+    if parallelism < 1:
+        raise ConfigError(f"ABS_PARALLELISM must be a whole number >= 1, not {value!r}")
+    return parallelism

@@ -19,7 +19,7 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from coordinator import back_edge_logs
+from coordinator import back_edge_logs, rescale
 from coordinator.catalog.db import session_factory
 from coordinator.catalog.models import (
     Checkpoint,
@@ -404,13 +404,16 @@ class CheckpointStore:
             return [dict(r) for r in rows]
 
     def begin_attempt(self, job_name: str, checkpoint_ids: list[int], snapshot_mode: str,
-                      keep: dict[int, set[int]] | None = None) -> None:
+                      keep: dict[int, set[int]] | None = None, definition: JobDefinition | None = None) -> None:
         """A processing run takes these PENDING checkpoints: a dead attempt's acks are dropped
         (this run acks afresh) and the snapshot mode is recorded. ``keep`` (partial recovery):
-        checkpoint -> subtask indexes whose acks stay (those tasks do not run again)."""
+        checkpoint -> subtask indexes whose acks stay (those tasks do not run again).
+        ``definition``: the job as the run executes it (see ``_adopt_run_graph``)."""
         keep = keep or {}
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
+            if definition is not None:
+                self._adopt_run_graph(s, definition, checkpoint_ids)
             for checkpoint_id in checkpoint_ids:
                 ck = s.get(Checkpoint, (job_name, checkpoint_id))
                 if ck is None or ck.status != CheckpointStatus.PENDING:
@@ -420,6 +423,22 @@ class CheckpointStore:
                     TaskAck.subtask.not_in(sorted(keep.get(checkpoint_id, ()))),
                 ))
                 ck.snapshot_mode = snapshot_mode
+
+    def _adopt_run_graph(self, s: Session, definition: JobDefinition, checkpoint_ids: list[int]) -> None:
+        """With the job row locked: the run's execution graph becomes the job row's (a run at
+        another parallelism: acks of its new subtasks count, those of subtasks it no longer has
+        are UNKNOWN), the run's PENDING checkpoints take its task count, and every one of them
+        records the parallelism it is taken at."""
+        job = s.get(Job, definition.name)
+        rescale.check(job, definition.parallelism)
+        graph = definition.execution_graph
+        encoded = json.dumps(graph.to_json(), sort_keys=True)
+        if job.execution_graph != encoded:
+            job.execution_graph, job.total_tasks = encoded, len(graph.tasks)
+        for checkpoint_id in checkpoint_ids:
+            ck = s.get(Checkpoint, (definition.name, checkpoint_id))
+            if ck is not None and ck.status == CheckpointStatus.PENDING:
+                ck.total_tasks, ck.parallelism = job.total_tasks, definition.parallelism
 
 
 def _handle_columns(h: StateHandle) -> dict:

@@ -35,8 +35,10 @@ the state of the latest completed checkpoint:
    through the connection `spark_default` (its host and port are the master,
    its extra may set `deploy-mode`). The code goes along as a `--py-files` zip
    of `coordinator` and `spark_jobs`; `ABS_DATABASE_URL`, `ABS_DATA_DIR`,
-   `ABS_STATE_URI`, `ABS_HOME` go to the driver as `env_vars` (YARN / Kubernetes
-   cluster mode: `spark.yarn.appMasterEnv.*` / `spark.kubernetes.driverEnv.*`).
+   `ABS_STATE_URI`, `ABS_HOME`, `ABS_PARALLELISM` go to the driver as `env_vars` (YARN / Kubernetes
+   cluster mode: `spark.yarn.appMasterEnv.*` / `spark.kubernetes.driverEnv.*`). The run's
+   parallelism is the worker's `ABS_PARALLELISM`, else the job's own; a change redistributes
+   the state by key groups.
 2. `finalize` — commit the sinks of completed checkpoints, abort failed ones',
    expire timed-out checkpoints, apply retention, delete unreferenced state.
 

@@ -1,8 +1,9 @@
 """Back-edge log n as Parquet: written with checkpoint n, read back (and checked) on restore.
 
 Layout: ``<state root>/<job>/chk-<n>/<loop tail>/subtask=<i>/part-*.parquet``,
-the records routed to subtask i of the loop head (the same hash rule as keyed
-state, so the log of head subtask i sits beside its state). Rows and a
+the records routed to subtask i of the loop head (the same key groups as keyed
+state, so the log of head subtask i sits beside its state). A restore reads
+every file of the checkpoint, whatever the parallelism it was taken at. Rows and a
 checksum per subtask (XOR of xxhash64 over the rows, as for keyed state) are
 observed in the pass that writes the files; the catalog rows
 (``coordinator.back_edge_logs``) are recorded with the acks. Restoring reads
@@ -32,12 +33,13 @@ def empty(spark: SparkSession, ops: LoopOperators) -> DataFrame:
 
 def write(
     spark: SparkSession, log: DataFrame, job: JobDefinition, ops: LoopOperators, state_uri: str, checkpoint_id: int,
+    max_parallelism: int,
 ) -> list[BackEdgeLogHandle]:
     """Write back-edge log ``checkpoint_id``; returns one handle per loop-tail subtask (empty ones too)."""
     p, tail = job.parallelism, job.loop_tail
     assert tail is not None, f"job {job.name!r} has no loop"
     columns = ops.back_edge_schema.fieldNames()
-    rows = keyed_state.with_subtask(log.select(*columns), ops.back_edge_key, p)
+    rows = keyed_state.with_subtask(log.select(*columns), ops.back_edge_key, p, max_parallelism)
     observation = Observation(f"back-edge-{checkpoint_id}")
     observed = rows.observe(observation, *keyed_state.group_metrics(columns, keyed_state.SUBTASK, p))
     op_uri = state_files.operator_dir(state_uri, job.name, checkpoint_id, tail)

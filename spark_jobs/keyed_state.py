@@ -4,9 +4,16 @@ State is a DataFrame of (key, values..., updated) where ``updated`` is the
 checkpoint id of the epoch that last changed the row. A full snapshot writes
 every row; an incremental one writes the rows changed since its base
 checkpoint. Restoring follows the chain of bases back to a full snapshot and
-keeps, per key, the row with the highest ``updated``. Rows of subtask i are
-the keys with pmod(hash(key), parallelism) = i, the same rule Spark's hash
-partitioning uses, so one shuffle partition is one subtask.
+keeps, per key, the row with the highest ``updated``.
+
+Rows are assigned to subtasks by key groups (Flink's KeyGroupRangeAssignment):
+a key's group is pmod(hash(key), max_parallelism), fixed for the job's life,
+and subtask i of p holds the contiguous groups g with g * p // max_parallelism
+= i. The subtask is a column computed from the key wherever it matters
+(snapshot files, back-edge logs, partial recovery, verify), never a Spark
+partition: Spark's shuffles hash keys onto their own partitions, and a
+restore at another parallelism reads every old subtask's files and assigns
+each key by the new rule.
 
 A subtask's checksum is the XOR of xxhash64 over its rows, so it depends on
 content only, not on file names or row order.
@@ -32,12 +39,15 @@ class SubtaskStats:
     checksum: str
 
 
-def subtask_of(key: str, parallelism: int) -> F.Column:
-    return F.pmod(F.hash(F.col(key)), F.lit(parallelism))
+def subtask_of(key: str, parallelism: int, max_parallelism: int) -> F.Column:
+    """The subtask (0..parallelism-1) holding each row's key: the range of key groups it owns."""
+    group = F.pmod(F.hash(F.col(key)), F.lit(max_parallelism)).cast("long")
+    # exact: a double division of integers below 2^53 never rounds up across an integer
+    return F.floor(group * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
 
 
-def with_subtask(df: DataFrame, key: str, parallelism: int) -> DataFrame:
-    return df.withColumn(SUBTASK, subtask_of(key, parallelism))
+def with_subtask(df: DataFrame, key: str, parallelism: int, max_parallelism: int) -> DataFrame:
+    return df.withColumn(SUBTASK, subtask_of(key, parallelism, max_parallelism))
 
 
 def format_checksum(value: int | None) -> str | None:

@@ -1,11 +1,12 @@
 """The processing application (run with spark-submit, or `absreplay process`).
 
-    spark-submit spark_jobs/process.py JOB [--snapshot-mode async|sync|none]
+    spark-submit spark_jobs/process.py JOB [--snapshot-mode async|sync|none] [--parallelism N]
                                            [--restore-from N] [--metrics-out FILE]
                                            [--recover|--rewind [--checkpoint N] [--mode full|partial] [--fallback]]
 
 Settings come from the environment (ABS_DATABASE_URL, ABS_DATA_DIR,
-ABS_STATE_URI). Exit codes: 0 ok, 2 bad input, 1 failure.
+ABS_STATE_URI; ABS_PARALLELISM when --parallelism is not given).
+Exit codes: 0 ok, 2 bad input, 1 failure.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from coordinator import recovery
+from coordinator import recovery, rescale
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from coordinator.jobs import get_job
@@ -33,6 +34,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="process", description=__doc__)
     parser.add_argument("job")
     parser.add_argument("--snapshot-mode", choices=["async", "sync", "none"], default="async")
+    parser.add_argument("--parallelism", type=int, default=None,
+                        help="run every operator at N subtasks (default: ABS_PARALLELISM, else the job's own)")
     parser.add_argument("--restore-from", type=int, default=None)
     parser.add_argument("--max-epochs", type=int, default=None)
     parser.add_argument("--metrics-out", default=None)
@@ -65,6 +68,9 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     ensure_migrated(engine)
     store = CheckpointStore(engine)
     store.register_job(job)
+    # above the job's max_parallelism: exit 2 before Spark
+    requested = settings.parallelism if args.parallelism is None else args.parallelism
+    job = rescale.run_definition(store, job, requested)
     if args.recovery:
         request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback)
         recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark

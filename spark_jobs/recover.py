@@ -16,7 +16,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from coordinator import recovery
+from coordinator import recovery, rescale
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import fault_point
@@ -90,6 +90,12 @@ def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinit
         notes.append("partial: the job has a loop, every task is upstream of every other: all of them restart")
         log("  " + notes[-1])
         partial = False
+    if partial:
+        rescaled = _rescaled(store, job, target)
+        if rescaled:
+            notes.append(f"partial: {rescaled}: the state is split anew by key groups, so every task restarts")
+            log("  " + notes[-1])
+            partial = False
     while True:
         heads = {}
         if partial:
@@ -110,3 +116,15 @@ def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinit
             log("  " + notes[-1])
             # kept acks belong to checkpoints after the unusable one: fall back to a full recovery
             target, partial = older, False
+
+
+def _rescaled(store: CheckpointStore, job: JobDefinition, target: int) -> str:
+    """Why a partial recovery of ``target`` at the run's parallelism cannot keep any task's state
+    (its subtasks hold other keys than at the checkpoint, or than in the failed attempt); empty if it can."""
+    taken_at = rescale.taken_at(store, job.name, target, job.state_operator)
+    if taken_at != job.parallelism:
+        return f"checkpoint {target} was taken at parallelism {taken_at}, this run is at {job.parallelism}"
+    other = rescale.pending_at_other_parallelism(store, job.name, target, job.parallelism)
+    if other:
+        return f"pending checkpoint(s) {other} were taken at another parallelism than this run's {job.parallelism}"
+    return ""

@@ -14,12 +14,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator import recovery, source
+from coordinator import recovery, rescale, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import SourceError, StateIntegrityError
@@ -56,6 +57,8 @@ class Restored:
     #: jobs with a loop: back-edge log of checkpoint_id (verified), the loop head's first input
     back_edge: DataFrame | None = None
     back_edge_records: int = 0
+    #: the parallelism checkpoint_id was taken at (None: no checkpoint)
+    parallelism: int | None = None
 
     def behind(self, checkpoint_id: int, parallelism: int) -> frozenset[int]:
         """Subtasks that must process epoch ``checkpoint_id`` (the others are already past it)."""
@@ -172,6 +175,11 @@ class EpochRunner:
     def input_dir(self) -> Path:
         return source.input_dir(self.data_dir, self.job.name)
 
+    @cached_property
+    def max_parallelism(self) -> int:
+        """The job's key groups (its row's, fixed for its life)."""
+        return self.store.job(self.job.name).max_parallelism
+
     # -- restore -------------------------------------------------------------------
     def chain(self, heads: dict[int, int]) -> tuple[list[keyed_state.ChainLink], int]:
         """The snapshot files of the state operator, from each subtask's head checkpoint back to
@@ -213,18 +221,40 @@ class EpochRunner:
     def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
         """State at ``checkpoint_id``, checked file by file (StateIntegrityError names a bad one).
 
-        ``heads`` (partial recovery): subtasks whose state is at a later, pending checkpoint they
-        acked before the failure; they keep it."""
-        if heads and is_iterative(self.ops):
-            log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
-            heads = None
-        heads = {i: checkpoint_id for i in range(self.job.parallelism)} | (heads or {})
+        Every subtask that acked the checkpoint is read, whatever the parallelism it was taken at:
+        the state is one DataFrame, and each key's subtask is computed by the run's key-group rule.
+        ``heads`` (partial recovery, same parallelism only): subtasks whose state is at a later,
+        pending checkpoint they acked before the failure; they keep it."""
         if checkpoint_id is None:
             return Restored(None, self.spark.createDataFrame([], self.ops.state_schema), [], 0, {},
                             *self.restore_back_edge_log(None))
+        if heads and is_iterative(self.ops):
+            log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
+            heads = None
+        taken_at = rescale.taken_at(self.store, self.job.name, checkpoint_id, self.job.state_operator)
+        if taken_at != self.job.parallelism:
+            log(f"  checkpoint {checkpoint_id} was taken at parallelism {taken_at}, this run is at "
+                f"{self.job.parallelism}: every subtask's state is read and split by key groups "
+                f"({self.max_parallelism}); every task restarts and the next snapshot is full")
+            heads = None
+        heads = dict.fromkeys(self.acked_subtasks(checkpoint_id, taken_at), checkpoint_id) | (heads or {})
         links, length = self.chain(heads)
         state = keyed_state.restore(self.spark, self.ops.state_schema, self.ops.key, links, self.job.parallelism)
-        return Restored(checkpoint_id, state, links, length, heads, *self.restore_back_edge_log(checkpoint_id))
+        return Restored(checkpoint_id, state, links, length, heads, *self.restore_back_edge_log(checkpoint_id),
+                        parallelism=taken_at)
+
+    def acked_subtasks(self, checkpoint_id: int, taken_at: int) -> list[int]:
+        """The state operator's subtasks that acked the checkpoint: all ``taken_at`` of them, or
+        StateIntegrityError (a restore without one of them would silently lose its keys)."""
+        op = self.job.state_operator
+        acked = sorted({a.subtask for a in self.store.acks(self.job.name, checkpoint_id) if a.operator == op})
+        if acked != list(range(taken_at)):
+            raise StateIntegrityError(
+                f"checkpoint {checkpoint_id} was taken at parallelism {taken_at}, but the catalog has acks of "
+                f"{op} subtasks {acked}: its state is incomplete; recover from another checkpoint "
+                f"(absreplay recover {self.job.name} --checkpoint N)"
+            )
+        return acked
 
     def restore_back_edge_log(self, checkpoint_id: int | None) -> tuple[DataFrame | None, int]:
         """Back-edge log ``checkpoint_id`` of a job with a loop, checked against the catalog, and its
@@ -251,10 +281,12 @@ class EpochRunner:
         keep = {} if restored is None else {
             plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
         }
-        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], str(self.mode), keep)
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], str(self.mode), keep,
+                                 definition=self.job)
         log(
             f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
-            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}"
+            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}, "
+            f"parallelism {p}"
         )
         t0 = time.perf_counter()
         if restored is None:
@@ -275,6 +307,8 @@ class EpochRunner:
             chain_length=restored.chain_length,
             full_every=self.store.policy(self.job.name).full_snapshot_every,
             partitions=partitions,
+            max_parallelism=self.max_parallelism,
+            base_parallelism=restored.parallelism,
             # what the restored chain says about how many keys an epoch changes
             last_full_rows=sum(link.rows for link in restored.links if link.full),
             last_changed_rows=self.store.sink_rows(self.job.name, point) if point else 0,
@@ -293,7 +327,7 @@ class EpochRunner:
                                                           plan.checkpoint_id)
                 if len(behind) < p:
                     # partial recovery: subtasks already past this epoch keep their state and discard its records
-                    mine = keyed_state.subtask_of(self.ops.key, p).isin(sorted(behind))
+                    mine = keyed_state.subtask_of(self.ops.key, p, self.max_parallelism).isin(sorted(behind))
                     new_state = new_state.where(mine).unionByName(state.where(~mine))
                 state = new_state.localCheckpoint(eager=True)
                 elapsed = time.perf_counter() - t0

@@ -17,8 +17,10 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
 
 def configure(builder: SparkSession.Builder, parallelism: int) -> SparkSession.Builder:
     return (
+        # a shuffle runs as many Spark tasks as the run has subtasks; which subtask holds a key is
+        # decided by key groups (spark_jobs.keyed_state), not by the shuffle partition it lands in
         builder.config("spark.sql.shuffle.partitions", str(parallelism))
-        # one shuffle partition per keyed subtask: adaptive coalescing would break the mapping
+        # and no adaptive coalescing: a run plans its shuffles the same way every time
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.enabled", os.environ.get("ABS_SPARK_UI", "false"))
         .config("spark.ui.showConsoleProgress", "false")

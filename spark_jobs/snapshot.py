@@ -75,6 +75,11 @@ class SnapshotWriter:
     chain_length: int
     full_every: int
     partitions: list[str]
+    #: the job's key groups (``keyed_state.subtask_of``)
+    max_parallelism: int
+    #: the parallelism ``base`` was taken at (None: unknown): a snapshot at another one is full,
+    #: since a delta of a subtask would chain onto a base holding other keys
+    base_parallelism: int | None = None
     max_in_flight: int = 2
     #: rows of the newest full snapshot and changed rows of the newest snapshot (for the full/incremental choice)
     last_full_rows: int = 0
@@ -131,7 +136,7 @@ class SnapshotWriter:
             self.store.lock_job(s, self.job.name)
             sinks.upsert(s, sinks.SINK_TABLES[self.job.sink_table], checkpoint_id, rows)
         self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED, "run with --snapshot-mode none")
-        self.base = checkpoint_id
+        self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
         timing.sink_rows = rows.num_rows
 
     def _write_and_ack(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming, stop_the_world: bool,
@@ -170,7 +175,7 @@ class SnapshotWriter:
         except BaseException:
             self._halted = True
             raise
-        self.base = checkpoint_id
+        self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
         self.chain_length = 1 if full else self.chain_length + 1
 
     def _ack(self, checkpoint_id: int, handles: list[StateHandle],
@@ -198,7 +203,8 @@ class SnapshotWriter:
     def _write_back_edge_log(self, checkpoint_id: int, back_edge: DataFrame, timing: SnapshotTiming,
                              subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:
         t0 = time.perf_counter()
-        logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id)
+        logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id,
+                                   self.max_parallelism)
         manifests.make_durable(state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id,
                                                         self.job.loop_tail), self._job_root)
         timing.back_edge_ms = int((time.perf_counter() - t0) * 1000)
@@ -213,7 +219,7 @@ class SnapshotWriter:
         p = self.job.parallelism
         full = self._next_is_full()
         rows = state if full else self._changed_since_base(state)
-        snap = keyed_state.with_subtask(rows, self.ops.key, p)
+        snap = keyed_state.with_subtask(rows, self.ops.key, p, self.max_parallelism)
         if subtasks is not None:
             snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(subtasks)))
         changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
@@ -266,9 +272,9 @@ class SnapshotWriter:
         return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
     def _next_is_full(self) -> bool:
-        """Full on the first snapshot, every ``full_every``, and when most keys change anyway
-        (an incremental chain of near-full deltas would only make restores slower)."""
-        if self.base is None or self.chain_length >= self.full_every:
+        """Full on the first snapshot, every ``full_every``, after a change of parallelism, and when
+        most keys change anyway (an incremental chain of near-full deltas would only make restores slower)."""
+        if self.base is None or self.chain_length >= self.full_every or self.base_parallelism != self.job.parallelism:
             return True
         return self.last_changed_rows * 2 > self.last_full_rows
 

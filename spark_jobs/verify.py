@@ -5,9 +5,9 @@
 The stored side is the checkpoint restored from its snapshot files (checksums
 of every file checked on the way). The recomputed side runs the job's
 operators over every record before the checkpoint's cut, from empty state, in
-one epoch. They are compared per subtask on (key, values) — checksums first,
-then, where they differ, row by row. Exit 0 when equal, 1 with the first
-differences, 2 for bad input, 3 when it could not check (a state file missing
+one epoch. They are compared per subtask (at the parallelism the checkpoint was
+taken at) on (key, values) — checksums first, then, where they differ, row by
+row. Exit 0 when equal, 1 with the first differences, 2 for bad input, 3 when it could not check (a state file missing
 or corrupt, the catalog or Spark failing): "differs" and "could not tell" are
 never the same answer.
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from coordinator import rescale
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from coordinator.jobs import JobDefinition, get_job
@@ -56,9 +57,10 @@ class VerifyReport:
         return not self.subtasks_differing and not self.differences
 
 
-def _stats(df: DataFrame, key: str, columns: list[str], parallelism: int) -> dict[int, tuple[int, str | None]]:
+def _stats(df: DataFrame, key: str, columns: list[str], parallelism: int,
+           max_parallelism: int) -> dict[int, tuple[int, str | None]]:
     rows = (
-        keyed_state.with_subtask(df.select(*columns), key, parallelism)
+        keyed_state.with_subtask(df.select(*columns), key, parallelism, max_parallelism)
         .groupBy(keyed_state.SUBTASK)
         .agg(F.count(F.lit(1)).alias("n"), F.bit_xor(F.xxhash64(*columns)).alias("x"))
         .collect()
@@ -68,7 +70,6 @@ def _stats(df: DataFrame, key: str, columns: list[str], parallelism: int) -> dic
 
 def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, settings: Settings,
            checkpoint_id: int | None = None) -> VerifyReport:
-    runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri)
     if checkpoint_id is None:
         latest = store.latest_completed(job.name)
         if latest is None:
@@ -77,6 +78,8 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
     ck = store.checkpoint(job.name, checkpoint_id)
     if ck.status != CheckpointStatus.COMPLETED:
         raise CheckpointNotFoundError(job.name, checkpoint_id, f"is {ck.status}; only COMPLETED checkpoints can be verified")
+    job = job.with_parallelism(rescale.taken_at(store, job.name, checkpoint_id, job.state_operator))
+    runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri)
     restored = runner.restore(checkpoint_id)
     stored = restored.state
     if restored.back_edge is not None:
@@ -89,7 +92,8 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
 
     ops = runner.ops
     columns = [c for c in ops.state_schema.fieldNames() if c != "updated"]  # when a row changed is not content
-    left, right = _stats(stored, ops.key, columns, job.parallelism), _stats(recomputed, ops.key, columns, job.parallelism)
+    groups = (job.parallelism, runner.max_parallelism)
+    left, right = _stats(stored, ops.key, columns, *groups), _stats(recomputed, ops.key, columns, *groups)
     report = VerifyReport(checkpoint_id, sum(n for n, _ in left.values()), sum(n for n, _ in right.values()))
     report.subtasks_differing = sorted(i for i in set(left) | set(right) if left.get(i) != right.get(i))
     if report.subtasks_differing:

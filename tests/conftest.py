@@ -88,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI", "ABS_HOME", "ABS_FAULTS"):
+    for var in ("ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI", "ABS_HOME", "ABS_FAULTS", "ABS_PARALLELISM"):
         monkeypatch.delenv(var, raising=False)
 
 
