@@ -22,6 +22,7 @@ from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition
 from coordinator.lease import expire_unless_processing
 from coordinator.lifecycle import CheckpointStatus
+from coordinator.segment_reader import max_line_bytes
 from coordinator.store import CheckpointStore, TriggerOutcome
 
 
@@ -65,6 +66,7 @@ class CheckpointCoordinator:
             select(SourceSegment.partition, SourceSegment.name).where(SourceSegment.job == job)
         ).all()}
         root = source.input_dir(self.data_dir, job)
+        max_line = max_line_bytes()
         new_segments = new_records = 0
         id_segments: list[tuple[source.ScannedSegment, int]] = []
         for partition in source.list_partitions(root):
@@ -72,9 +74,10 @@ class CheckpointCoordinator:
             for name in source.list_segments(root / partition):
                 if (partition, name) in known:
                     continue
-                seg = source.scan_segment(partition, root / partition / name, self.job.record_format)
+                seg = source.scan_segment(partition, root / partition / name, self.job.record_format, max_line)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
-                                    records=seg.records, bytes=seg.bytes))
+                                    records=seg.records, bytes=seg.bytes, checksum=seg.checksum,
+                                    mtime_ns=seg.mtime_ns))
                 s.add_all(
                     DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=partition, segment=name,
                                offset=offset + bad.offset_in_segment, reason=bad.reason, payload=bad.payload)
