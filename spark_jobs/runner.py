@@ -290,6 +290,10 @@ class EpochRunner:
                     f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
                     + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
                 )
+        except Exception:
+            # a segment deleted or changed while this run read it: name it rather than Spark's traceback
+            self.check_segments(plans)
+            raise
         finally:
             report.snapshots = writer.close()
         report.total_s = time.perf_counter() - t_start

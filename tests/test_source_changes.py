@@ -169,3 +169,20 @@ def test_inject_through_the_command_line_exits_2_naming_the_segment(ws) -> None:
     _append(seg)
     one_line_error(cli(ws, "inject", "wordcount"), f"error: segment {seg} changed after inject: 8 bytes registered")
 
+
+def test_a_segment_deleted_while_a_run_reads_it_is_named_not_a_spark_traceback(ws, spark, monkeypatch) -> None:
+    """Gone after the run checked it, before Spark read it: the epoch's failure names the segment."""
+    from spark_jobs import runner
+
+    seg = land(ws, "seg-1.txt", "one two\n")
+    ws.coordinator.inject()
+    read_lines = runner.read_lines
+
+    def delete_then_read(*args, **kwargs):
+        seg.unlink()
+        return read_lines(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "read_lines", delete_then_read)
+    with pytest.raises(SourceError, match=f"segment {seg} of epoch 1 was registered at inject .* and is gone"):
+        ws.run_epochs(spark)
+    assert ws.store.acks(ws.job.name, 1) == []
