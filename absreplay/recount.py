@@ -2,7 +2,8 @@
 
 It reads the segment files on disk (not the catalog's segment table) and
 counts the first ``cut[partition]`` records of each partition, in segment
-name order. Lines that are not valid UTF-8 are skipped (they are dead letters).
+name order. Lines that are not valid UTF-8, and lines longer than the maximum
+line length, are skipped (they are dead letters).
 
 Records of ``.jsonl`` segments carry ids: a line counts when it is a valid
 record (a JSON object with a string or integer ``id``, an integer ``ts`` and a
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.id_store import IdStorePolicy
+from coordinator.segment_reader import max_line_bytes
 
 NON_WORD = re.compile(r"\W+")
 MAX_ID_LENGTH = 255
@@ -134,10 +136,13 @@ def kept_records(
     records = {p: partition_records(input_dir / p, end) for p, end in cut.items()}
     kept: list[tuple[str, int, str]] = []
     start: dict[str, int] = {}
+    longest = max_line_bytes()
     for batch_end in [*earlier_cuts, cut]:
         for p in sorted(records):
             first = start.get(p, 0)
             for offset, (jsonl, line) in enumerate(records[p][first : batch_end.get(p, 0)], first):
+                if len(line) > longest:
+                    continue
                 if jsonl:
                     record = id_record(line)
                     if record is not None and ids.admit(record[0], record[1]):

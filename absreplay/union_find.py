@@ -3,7 +3,7 @@
 Independent of the job: it reads the segment files on disk (not the catalog),
 takes the first ``cut[partition]`` records of each partition in segment name
 order, parses ``src dst`` lines itself, and skips the lines that are not edges
-(the job turns them into dead letters). A vertex's component is the smallest
+or are longer than the maximum line length (the job turns them into dead letters). A vertex's component is the smallest
 vertex id in it, the label connected_components converges to.
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from absreplay.recount import complete_segments
+from coordinator.segment_reader import max_line_bytes
 
 EDGE = re.compile(rb"[ \t\r\f\v]*([+-]?[0-9]+)[ \t\r\f\v]+([+-]?[0-9]+)[ \t\r\f\v]*")
 LONG = range(-(2**63), 2**63)
@@ -56,6 +57,7 @@ def components(edges: Iterable[tuple[int, int]]) -> dict[int, int]:
 def read_edges(input_dir: Path, cut: dict[str, int]) -> list[tuple[int, int]]:
     """The edges among the first ``cut[partition]`` records of every partition."""
     edges = []
+    longest = max_line_bytes()
     for partition, end in sorted(cut.items()):
         seen = 0
         for seg in complete_segments(input_dir / partition):
@@ -65,6 +67,8 @@ def read_edges(input_dir: Path, cut: dict[str, int]) -> list[tuple[int, int]]:
             if raw and raw[-1] == b"":
                 raw.pop()
             for line in raw[: end - seen]:
+                if len(line) > longest:
+                    continue  # a dead letter, like any line that is not an edge
                 m = EDGE.fullmatch(line)
                 if m and int(m.group(1)) in LONG and int(m.group(2)) in LONG:
                     edges.append((int(m.group(1)), int(m.group(2))))

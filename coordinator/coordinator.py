@@ -12,16 +12,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator import id_store, sinks, source, state_files
+from coordinator import id_store, segment_changes, sinks, source, state_files
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition
 from coordinator.lease import expire_unless_processing
 from coordinator.lifecycle import CheckpointStatus
+from coordinator.segment_reader import max_line_bytes
 from coordinator.store import CheckpointStore, TriggerOutcome
 
 
@@ -48,33 +49,39 @@ class CheckpointCoordinator:
         return self.store.trigger(self.job.name, self._build_cut, now)
 
     def _build_cut(self, s: Session, checkpoint_id: int) -> tuple[dict[str, int], int, int]:
-        """Register newly landed segments and return the cut: every partition's end offset.
+        """Check the registered segments, register newly landed ones and return the cut: every
+        partition's end offset.
 
-        Records of ``.jsonl`` segments also go through the id store: duplicates and
-        late records become dead letters, which processing skips."""
+        A registered segment that changed, was renamed, or is gone while still needed stops the
+        barrier with a SourceError naming it (``coordinator.segment_changes``). Records of ``.jsonl``
+        segments also go through the id store: duplicates and late records become dead letters,
+        which processing skips."""
         job = self.job.name
-        ends: dict[str, int] = {
-            p: end
-            for p, end in s.execute(
-                select(SourceSegment.partition, func.max(SourceSegment.first_offset + SourceSegment.records))
-                .where(SourceSegment.job == job)
-                .group_by(SourceSegment.partition)
-            ).all()
-        }
-        known = {(p, n) for p, n in s.execute(
-            select(SourceSegment.partition, SourceSegment.name).where(SourceSegment.job == job)
-        ).all()}
+        registered = s.execute(select(*segment_changes.REGISTERED_COLUMNS).where(SourceSegment.job == job)).all()
+        ends: dict[str, int] = {}
+        for seg in registered:
+            ends[seg.partition] = max(ends.get(seg.partition, 0), seg.first_offset + seg.records)
+        known = {(seg.partition, seg.name) for seg in registered}
         root = source.input_dir(self.data_dir, job)
+        listed = {p: source.list_segments(root / p) for p in source.list_partitions(root)}
+        found = segment_changes.check_registered(registered, root, {p: set(n) for p, n in listed.items()})
+        for seg, mtime_ns in found.touched:
+            s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,
+                                                  SourceSegment.name == seg.name).values(mtime_ns=mtime_ns))
+        renames = segment_changes.RenameCheck(root, found.vanished)
+        max_line = max_line_bytes()
         new_segments = new_records = 0
         id_segments: list[tuple[source.ScannedSegment, int]] = []
-        for partition in source.list_partitions(root):
+        for partition, names in listed.items():
             offset = ends.get(partition, 0)
-            for name in source.list_segments(root / partition):
+            for name in names:
                 if (partition, name) in known:
                     continue
-                seg = source.scan_segment(partition, root / partition / name, self.job.record_format)
+                seg = source.scan_segment(partition, root / partition / name, self.job.record_format, max_line)
+                renames.check(partition, name, seg.bytes, seg.checksum)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
-                                    records=seg.records, bytes=seg.bytes))
+                                    records=seg.records, bytes=seg.bytes, checksum=seg.checksum,
+                                    mtime_ns=seg.mtime_ns))
                 s.add_all(
                     DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=partition, segment=name,
                                offset=offset + bad.offset_in_segment, reason=bad.reason, payload=bad.payload)
@@ -86,6 +93,7 @@ class CheckpointCoordinator:
                 new_segments += 1
                 new_records += seg.records
             ends[partition] = offset
+        segment_changes.check_vanished(s, job, root, found.vanished)
         if id_segments:
             # in this transaction: a crash before the commit forgets these ids together with the cut
             s.add_all(id_store.dead_letters_for(s, job, self.job.id_store, checkpoint_id, id_segments))

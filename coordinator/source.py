@@ -5,7 +5,10 @@ start with ``.`` or ``_`` or end with ``.tmp`` are still being written and are
 ignored. Segments are registered in the catalog in name order, which is their
 arrival order; a segment's records (its lines) get consecutive offsets after
 the partition's previous segments, so a record's sequence number is its
-offset in its partition. Lines that are not valid UTF-8 become dead letters.
+offset in its partition. A segment is scanned as a stream
+(``coordinator.segment_reader``), which also gives its size and content
+checksum. Lines that are not valid UTF-8, or longer than the maximum line
+length, become dead letters.
 
 Segments whose name ends in ``.jsonl`` carry explicit record ids: one JSON
 object per line, ``{"id": "<string>", "ts": <event time, seconds>, "line":
@@ -24,10 +27,10 @@ from pathlib import Path
 
 from coordinator.errors import SourceError
 from coordinator.record_formats import RecordFormat, line_problem
+from coordinator.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
-PAYLOAD_PREVIEW = 200
 ID_SEGMENT_SUFFIX = ".jsonl"
 # record_ids.record_id is VARCHAR(255); event times stay exact in JSON doubles and in BIGINT arithmetic
 MAX_ID_LENGTH = 255
@@ -61,6 +64,9 @@ class ScannedSegment:
     path: Path
     records: int
     bytes: int
+    #: sha256 of the content read (``coordinator.segment_reader``) and the file's mtime when opened
+    checksum: str
+    mtime_ns: int
     bad_records: list[BadRecord] = field(default_factory=list)
     #: ``.jsonl`` segments only: every valid record, in offset order
     id_records: list[IdRecord] = field(default_factory=list)
@@ -106,7 +112,8 @@ def list_segments(partition_dir: Path) -> list[str]:
 
 
 def split_records(data: bytes) -> list[bytes]:
-    """A segment's records are its lines; a final newline does not start another record."""
+    """A segment's records are its lines; a final newline does not start another record.
+    (``segment_reader.SegmentReader`` splits a stream by this rule, chunk by chunk.)"""
     if not data:
         return []
     lines = data.split(b"\n")
@@ -117,10 +124,6 @@ def split_records(data: bytes) -> list[bytes]:
 
 def is_id_segment(name: str) -> bool:
     return name.endswith(ID_SEGMENT_SUFFIX)
-
-
-def preview(line: bytes) -> str:
-    return line[:PAYLOAD_PREVIEW].decode("utf-8", errors="backslashreplace")
 
 
 def _reject_constant(name: str) -> None:
@@ -193,66 +196,81 @@ def parse_id_record(line: bytes) -> tuple[str, int, str]:
     return rid, ts, body
 
 
-def scan_id_segment(
-    partition: str, path: Path, data: bytes, record_format: RecordFormat = RecordFormat.TEXT
+def _id_record(i: int, line: bytes, record_format: RecordFormat) -> IdRecord | BadRecord:
+    """A ``.jsonl`` line: an id record whose ``line`` is a record of ``record_format``, or a bad record."""
+    try:
+        rid, ts, body = parse_id_record(line)
+        problem = line_problem(record_format, body.encode("utf-8"))
+        if problem:
+            raise BadIdRecordError(f"'line' is {problem}")
+    except BadIdRecordError as exc:
+        return BadRecord(offset_in_segment=i, reason=str(exc), payload=preview(line))
+    return IdRecord(i, rid, ts)
+
+
+def _text_problem(line: bytes, record_format: RecordFormat) -> str | None:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8 at byte {exc.start} of the line"
+    return line_problem(record_format, line)
+
+
+def long_line_reason(line: LongLine, limit: int) -> str:
+    return f"line of {line.length:,} bytes is longer than the maximum of {limit:,} bytes ({MAX_LINE_ENV})"
+
+
+def scan_segment(
+    partition: str, path: Path, record_format: RecordFormat = RecordFormat.TEXT, max_line: int | None = None
 ) -> ScannedSegment:
-    """A ``.jsonl`` segment: every line is either an id record (whose ``line`` is a record of
-    the job's ``record_format``) or a bad record."""
-    lines = split_records(data)
-    ids: list[IdRecord] = []
+    """Count a segment's records, streamed (``coordinator.segment_reader``), with its size, checksum and
+    mtime. Bad records (dead letters): lines longer than the maximum, lines that are not UTF-8 or not of
+    the job's ``record_format`` (``coordinator.record_formats``), and in ``.jsonl`` segments lines that
+    are not id records."""
+    reader = SegmentReader(path, max_line)
+    id_segment = is_id_segment(path.name)
+    check_each = id_segment or record_format is not RecordFormat.TEXT
+    records = 0
     bad: list[BadRecord] = []
-    for i, line in enumerate(lines):
-        try:
-            rid, ts, body = parse_id_record(line)
-            problem = line_problem(record_format, body.encode("utf-8"))
-            if problem:
-                raise BadIdRecordError(f"'line' is {problem}")
-        except BadIdRecordError as exc:
-            bad.append(BadRecord(offset_in_segment=i, reason=str(exc), payload=preview(line)))
-        else:
-            ids.append(IdRecord(i, rid, ts))
-    return ScannedSegment(partition, path.name, path, len(lines), len(data), bad, ids)
+    ids: list[IdRecord] = []
+    for lines, has_long in reader.batches():
+        if not (check_each or has_long) and _is_utf8(b"\n".join(lines)):
+            records += len(lines)  # the common case: a chunk of plain UTF-8 text, decoded at once
+            continue
+        for i, line in enumerate(lines, records):
+            if isinstance(line, LongLine):
+                bad.append(BadRecord(i, long_line_reason(line, reader.max_line), preview(line)))
+            elif id_segment:
+                found = _id_record(i, line, record_format)
+                if isinstance(found, IdRecord):
+                    ids.append(found)
+                else:
+                    bad.append(found)
+            elif problem := _text_problem(line, record_format):
+                bad.append(BadRecord(i, problem, preview(line)))
+        records += len(lines)
+    return ScannedSegment(partition, path.name, path, records, reader.bytes, reader.checksum, reader.mtime_ns,
+                          bad, ids)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, str]:
-    """Previews of some of a segment's records (for dead letters decided after the scan)."""
-    lines = split_records(path.read_bytes())
-    return {i: preview(lines[i]) for i in offsets_in_segment}
-
-
-def scan_segment(partition: str, path: Path, record_format: RecordFormat = RecordFormat.TEXT) -> ScannedSegment:
-    """Count a segment's records; lines that are not UTF-8, or not of the job's ``record_format``
-    (``coordinator.record_formats``), are bad records: dead letters."""
-    data = path.read_bytes()
-    if is_id_segment(path.name):
-        return scan_id_segment(partition, path, data, record_format)
-    try:
-        data.decode("utf-8")
-        records = len(split_records(data))
-        bad: list[BadRecord] = []
-    except UnicodeDecodeError:
-        lines = split_records(data)
-        records = len(lines)
-        bad = []
-        for i, line in enumerate(lines):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad.append(
-                    BadRecord(
-                        offset_in_segment=i,
-                        reason=f"not valid UTF-8 at byte {exc.start} of the line",
-                        payload=preview(line),
-                    )
-                )
-    if record_format is not RecordFormat.TEXT:
-        not_utf8 = {b.offset_in_segment for b in bad}
-        for i, line in enumerate(split_records(data)):
-            problem = None if i in not_utf8 else line_problem(record_format, line)
-            if problem:
-                bad.append(BadRecord(offset_in_segment=i, reason=problem, payload=preview(line)))
-        bad.sort(key=lambda b: b.offset_in_segment)
-    return ScannedSegment(partition, path.name, path, records, len(data), bad)
+    """Previews of some of a segment's records (for dead letters decided after the scan), streamed."""
+    found: dict[int, str] = {}
+    last = max(offsets_in_segment, default=-1)
+    for i, line in enumerate(SegmentReader(path).lines()):
+        if i in offsets_in_segment:
+            found[i] = preview(line)
+        if i >= last:
+            break
+    return found
 
 
 def source_subtask(partition: str, parallelism: int) -> int:

@@ -4,7 +4,8 @@ The cut always falls on segment boundaries (a barrier covers the segments
 complete when it was injected), so an epoch is a list of whole segments whose
 first offsets the catalog knows. Each segment is read whole and split into
 lines; a line's sequence number is the segment's first offset plus its
-position. Dead-lettered offsets are dropped.
+position. Dead-lettered offsets are dropped (lines longer than the maximum line
+length among them: inject made them dead letters, ``coordinator.segment_reader``).
 
 A ``.jsonl`` segment (records with explicit ids) has the same offsets, one per
 line; its record is the JSON object's ``line`` field. Lines that are not valid

@@ -20,10 +20,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator import recovery, rescale, source
+from coordinator import recovery, rescale, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.errors import SourceError, StateIntegrityError
+from coordinator.errors import StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.store import CheckpointStore
 from spark_jobs import back_edge_log, iterate, keyed_state
@@ -152,24 +152,10 @@ class EpochRunner:
         return EpochPlan(checkpoint_id, segments, offsets)
 
     def check_segments(self, plans: list[EpochPlan]) -> None:
-        """Every segment an epoch reads is still there with the size inject registered (SourceError,
-        exit 2, naming it), before anything runs: a deleted, renamed, truncated or appended segment
-        would otherwise lose records, count them twice, or fail inside Spark."""
-        for plan in plans:
-            for seg in plan.segments:
-                path = self.input_dir / seg.partition / seg.name
-                try:
-                    size = path.stat().st_size
-                except FileNotFoundError:
-                    raise SourceError(
-                        f"segment {path} of epoch {plan.checkpoint_id} was registered at inject ({seg.bytes:,} bytes) "
-                        f"and is gone: segments must stay where they landed (put it back, unchanged)"
-                    ) from None
-                if size != seg.bytes:
-                    raise SourceError(
-                        f"segment {path} of epoch {plan.checkpoint_id} changed after inject: {seg.bytes:,} bytes "
-                        f"registered, {size:,} now; a segment is immutable once it has its final name"
-                    )
+        """Every segment an epoch reads is still what inject registered (SourceError, exit 2, naming
+        it), before anything runs: a deleted, renamed, truncated, appended or rewritten segment would
+        otherwise lose records, count them twice, or fail inside Spark (``coordinator.segment_changes``)."""
+        segment_changes.check_before_run(self.input_dir, [(f"of epoch {p.checkpoint_id}", p.segments) for p in plans])
 
     @property
     def input_dir(self) -> Path:
@@ -338,6 +324,10 @@ class EpochRunner:
                     f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
                     + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
                 )
+        except Exception:
+            # a segment deleted or changed while this run read it: name it rather than Spark's traceback
+            self.check_segments(plans)
+            raise
         finally:
             report.snapshots = writer.close()
         report.total_s = time.perf_counter() - t_start

@@ -7,9 +7,10 @@ of every file checked on the way). The recomputed side runs the job's
 operators over every record before the checkpoint's cut, from empty state, in
 one epoch. They are compared per subtask (at the parallelism the checkpoint was
 taken at) on (key, values) — checksums first, then, where they differ, row by
-row. Exit 0 when equal, 1 with the first differences, 2 for bad input, 3 when it could not check (a state file missing
-or corrupt, the catalog or Spark failing): "differs" and "could not tell" are
-never the same answer.
+row. Exit 0 when equal, 1 with the first differences, 2 for bad input (a source
+segment changed or deleted since inject is named: the sources, not the state,
+would differ), 3 when it could not check (a state file missing or corrupt, the
+catalog or Spark failing): "differs" and "could not tell" are never the same answer.
 
 A job with a loop (connected_components) stores, at checkpoint n, state n and
 back-edge log n, and state n alone depends on how many rounds each epoch ran.
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator import rescale
+from coordinator import rescale, segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from coordinator.jobs import JobDefinition, get_job
@@ -86,6 +87,8 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
         stored = iterate.quiesce(runner.ops, stored, restored.back_edge, checkpoint_id)
     cut = store.cut(job.name, checkpoint_id)
     plan = runner.plan_range({}, cut, checkpoint_id)
+    # every segment from the start of the sources, those that source retention allowed deleting too
+    segment_changes.check_before_run(runner.input_dir, [(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
     records = read_epoch(spark, runner.input_dir, plan.segments, plan.dead_offsets)
     empty = spark.createDataFrame([], runner.ops.state_schema)
     recomputed = runner.ops.step(empty, records, checkpoint_id).localCheckpoint(eager=True)

@@ -26,7 +26,7 @@ from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.jobs import JobDefinition, wordcount
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
+from coordinator.store import CheckpointStore, StateHandle
 
 
 @dataclass
@@ -76,6 +76,11 @@ class Workspace:
     def env(self) -> dict[str, str]:
         return self.settings.as_env()
 
+    def complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` acked by every task without state: COMPLETED with no Spark."""
+        self.store.ack_many(self.job.name, checkpoint_id,
+                            [StateHandle(t.operator, t.subtask) for t in self.job.execution_graph.tasks])
+
 
 #: the workspaces made by the running test: tests/sink_check.py judges each one's sink after the test
 WORKSPACES: list[Workspace] = []
@@ -91,6 +96,17 @@ def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -
     ws = Workspace(settings, store, job, CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri))
     WORKSPACES.append(ws)
     return ws
+
+
+def rewrite_unseen(segment: Path, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` (as long) in a registered segment keeping its size and mtime: the one
+    change inject and a run cannot see (README, Sources), so what reads it reads other input."""
+    assert len(old.encode()) == len(new.encode())
+    st = segment.stat()
+    text = segment.read_text()
+    assert old in text
+    segment.write_text(text.replace(old, new))
+    os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def free_port() -> int:
@@ -160,6 +176,14 @@ def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliRes
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def one_line_error(result: CliResult, needle: str) -> None:
+    """Bad input as the command line reports it: exit code 2, one line naming the problem, no traceback."""
+    lines = [ln for ln in result.err.strip().splitlines() if ln.strip()]
+    assert result.code == 2, result.err + result.out
+    assert len(lines) == 1 and needle in lines[0], result.err
+    assert "Traceback" not in result.err
 
 
 def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str:

@@ -13,18 +13,11 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
-from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace
+from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace, one_line_error
 
 
 def absreplay(*args: str, env: dict[str, str]) -> CliResult:
     return cli(None, *args, env=env)
-
-
-def one_line_error(result: CliResult, needle: str) -> None:
-    lines = [ln for ln in result.err.strip().splitlines() if ln.strip()]
-    assert result.code == 2, result.err + result.out
-    assert len(lines) == 1 and needle in lines[0], result.err
-    assert "Traceback" not in result.err
 
 
 def count_rows(url: str, table: str) -> int:
@@ -106,10 +99,11 @@ def test_restore_from_a_checkpoint_that_does_not_exist(tmp_path, sqlite_url) -> 
     assert count_rows(sqlite_url, "task_acks") == 0
 
 
-@pytest.mark.parametrize("change", ["deleted", "appended", "truncated"])
+@pytest.mark.parametrize("change", ["deleted", "appended", "truncated", "rewritten"])
 def test_a_registered_segment_that_changed_stops_processing_with_its_name(tmp_path, pg_url, spark, change) -> None:
-    """Inject registered the segment with its size; whatever happened to it since is named, exit 2,
-    before anything is processed (no Spark traceback, nothing dropped or counted twice)."""
+    """Inject registered the segment with its size, checksum and mtime; whatever happened to it since
+    (a same-size rewrite too) is named, exit 2, before anything is processed (no Spark traceback,
+    nothing dropped or counted twice)."""
     from tests.helpers import make_workspace
 
     ws = make_workspace(tmp_path, pg_url)
@@ -120,8 +114,12 @@ def test_a_registered_segment_that_changed_stops_processing_with_its_name(tmp_pa
         seg.unlink()
     elif change == "appended":
         seg.write_bytes(seg.read_bytes() + b"late words\n")
-    else:
+    elif change == "truncated":
         seg.write_bytes(seg.read_bytes()[:10])
+    else:
+        st = seg.stat()
+        seg.write_bytes(seg.read_bytes()[::-1])
+        os.utime(seg, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     r = cli(ws, "process", "wordcount", spark=spark)
     needle = "is gone" if change == "deleted" else "changed after inject"
     one_line_error(r, f"segment {seg} of epoch 1")

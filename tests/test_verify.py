@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.errors import CheckpointNotFoundError
+from coordinator.errors import CheckpointNotFoundError, SourceError
 from coordinator.lifecycle import FailureReason
-from tests.helpers import cli, make_workspace
+from tests.helpers import cli, make_workspace, rewrite_unseen
 
 
-@pytest.mark.sink_unchecked("a source file is rewritten after its epoch was committed")
+@pytest.mark.sink_unchecked("a source segment is rewritten behind the catalog's back on purpose")
 def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, spark) -> None:
     from spark_jobs.verify import verify
 
@@ -24,19 +24,23 @@ def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, s
         assert report.stored_rows == report.recomputed_rows == len(ws.expected_at(checkpoint))
     # a segment before the cut is rewritten behind the catalog's back (segments must be immutable)
     seg = sorted((ws.input_dir / "p0").iterdir())[0]
-    seg.write_text(seg.read_text().replace("w1 ", "zzz_new "))
+    rewrite_unseen(seg, "w1 ", "zz ")
     report = verify(spark, ws.store, ws.job, ws.settings, None)
     assert not report.equal and report.subtasks_differing
-    assert any("zzz_new" in line for line in report.differences), report.differences
+    assert any("word='zz'" in line for line in report.differences), report.differences
 
     ws.land(5)
     ws.coordinator.inject()
     ws.store.fail(ws.job.name, 4, FailureReason.TASK_DECLINED, "test")
     with pytest.raises(CheckpointNotFoundError, match="is FAILED"):
         verify(spark, ws.store, ws.job, ws.settings, 4)
+    # a change the catalog sees is named instead: it is the source that differs, not the state
+    seg.write_text(seg.read_text() + "late words\n")
+    with pytest.raises(SourceError, match=f"segment {seg} \\(read to verify checkpoint 3\\) changed after inject"):
+        verify(spark, ws.store, ws.job, ws.settings, None)
 
 
-@pytest.mark.sink_unchecked("a source file is rewritten after its epoch was committed")
+@pytest.mark.sink_unchecked("a source segment is rewritten behind the catalog's back on purpose")
 def test_verify_from_the_command_line(tmp_path, sqlite_url, spark) -> None:
     ws = make_workspace(tmp_path, sqlite_url)
     ws.land(0)
@@ -48,11 +52,15 @@ def test_verify_from_the_command_line(tmp_path, sqlite_url, spark) -> None:
     assert "checkpoint 1 verified" in r.out
     r = cli(ws, "verify", "wordcount", "--checkpoint", "42", spark=spark)
     assert r.code == 2 and "checkpoint 42 of job 'wordcount' does not exist" in r.err
-    # the seeded source rewritten: the command says DIFFERS and exits 1
+    # the seeded source rewritten unseen: the command says DIFFERS and exits 1
     seg = sorted((ws.input_dir / "p0").iterdir())[0]
-    seg.write_text(seg.read_text().replace("w1 ", "zzz_new "))
+    rewrite_unseen(seg, "w1 ", "zz ")
     r = cli(ws, "verify", "wordcount", spark=spark)
-    assert r.code == 1 and "checkpoint 1 DIFFERS from a recomputation" in r.out and "zzz_new" in r.out, r.out
+    assert r.code == 1 and "checkpoint 1 DIFFERS from a recomputation" in r.out and "word='zz'" in r.out, r.out
+    # deleted: named, exit 2 (verify reads every segment from the start of the sources)
+    seg.unlink()
+    r = cli(ws, "verify", "wordcount", spark=spark)
+    assert r.code == 2 and f"segment {seg} (read to verify checkpoint 1) was registered at inject" in r.err, r.err
 
 
 def test_verify_that_cannot_check_says_so_with_its_own_exit_code(tmp_path, sqlite_url, spark) -> None:

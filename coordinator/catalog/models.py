@@ -124,7 +124,8 @@ class SourceSegment(Base):
     records: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    #: the content as inject read it (sha256) and the file's mtime then
+    #: the content as inject read it (sha256) and the file's mtime then; inject records a newer mtime
+    #: once it found the content unchanged (coordinator.segment_changes), so it is not hashed again
     checksum: Mapped[str | None] = mapped_column(String(64))
     mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -1,0 +1,162 @@
+"""Reading one segment file as a stream: its lines, its size, its content checksum, its mtime.
+
+A segment is read in chunks of ``CHUNK_BYTES``, never whole, so scanning it
+holds at most one chunk and one line (at most ``max_line_bytes()``) in memory,
+whatever the file's size. Its records are its lines, split at ``\\n`` exactly as
+``coordinator.source.split_records`` splits bytes: a final newline does not
+start another record.
+
+A line longer than the maximum (``MAX_LINE_BYTES``, 1 MiB; the environment
+variable ``ABS_MAX_LINE_BYTES`` overrides it) is still one record with one
+offset, but only its length and first ``PAYLOAD_PREVIEW`` bytes are kept
+(``LongLine``): the scan makes it a dead letter, so processing skips it.
+
+The checksum is the sha256 of every byte read, so ``bytes``, ``checksum`` and
+the records describe exactly the same content; ``mtime_ns`` is the file's
+modification time when it was opened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from coordinator.errors import ConfigError, SourceError
+
+#: a chunk split into lines holds several times its size in line objects: keep it small
+CHUNK_BYTES = 256 << 10
+MAX_LINE_BYTES = 1 << 20
+MAX_LINE_ENV = "ABS_MAX_LINE_BYTES"
+#: how much of a record a dead letter keeps (its payload)
+PAYLOAD_PREVIEW = 200
+
+
+def max_line_bytes(env: Mapping[str, str] | None = None) -> int:
+    """The longest line that is a record; longer ones are dead letters (``ABS_MAX_LINE_BYTES``)."""
+    raw = (os.environ if env is None else env).get(MAX_LINE_ENV, "").strip()
+    if not raw:
+        return MAX_LINE_BYTES
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{MAX_LINE_ENV}={raw!r} is malformed: expected a positive number of bytes")
+    return int(raw)
+
+
+def new_checksum() -> hashlib._Hash:
+    """The segment content checksum (``source_segments.checksum``): sha256, hex digest."""
+    return hashlib.sha256()
+
+
+@dataclass(frozen=True, slots=True)
+class LongLine:
+    """A line longer than the maximum: its length and first bytes only."""
+
+    length: int
+    head: bytes
+
+
+Line = bytes | LongLine
+
+
+def preview(line: Line) -> str:
+    """A record as a dead letter's payload: its first ``PAYLOAD_PREVIEW`` bytes, undecodable ones escaped."""
+    head = line.head if isinstance(line, LongLine) else line[:PAYLOAD_PREVIEW]
+    return head.decode("utf-8", errors="backslashreplace")
+
+
+def open_segment(path: Path | str) -> BinaryIO:
+    """The segment file, opened for reading; a failure is a SourceError naming it."""
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        raise SourceError(f"segment {path} disappeared while it was being read; segments must stay where "
+                          f"they landed") from None
+    except OSError as exc:
+        raise SourceError(f"segment {path} cannot be read: {exc.strerror or exc}") from None
+
+
+class SegmentReader:
+    """Iterate ``batches()`` once; then ``bytes``, ``checksum`` and ``mtime_ns`` describe what was read."""
+
+    def __init__(self, path: Path, max_line: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.path = path
+        self.max_line = max_line_bytes() if max_line is None else max_line
+        self.chunk_bytes = chunk_bytes
+        self.bytes = 0
+        self.checksum = ""
+        self.mtime_ns = 0
+
+    def lines(self) -> Iterator[Line]:
+        for batch, _ in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[tuple[list[Line], bool]]:
+        """The segment's lines in order, a chunk's worth at a time, each batch with whether it
+        holds a ``LongLine``."""
+        limit = self.max_line
+        digest = new_checksum()
+        # the line being read across chunks: its first bytes (all of it while within the limit), its length
+        carry, carry_len = bytearray(), 0
+        with open_segment(self.path) as f:
+            self.mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+            while chunk := f.read(self.chunk_bytes):
+                digest.update(chunk)
+                self.bytes += len(chunk)
+                parts = chunk.split(b"\n")
+                last = parts.pop()
+                if parts:
+                    has_long = max(map(len, parts)) > limit
+                    lines: list[Line] = [_long(p) if len(p) > limit else p for p in parts] if has_long else parts
+                    if carry_len:
+                        lines[0] = _join(carry, carry_len, parts[0], limit)
+                        has_long = has_long or isinstance(lines[0], LongLine)
+                        carry, carry_len = bytearray(), 0
+                    yield lines, has_long
+                    del parts, lines  # not alive while the next chunk is read and split
+                carry_len = _extend(carry, carry_len, last, limit)
+            if carry_len:
+                line = _join(carry, carry_len, b"", limit)
+                yield [line], isinstance(line, LongLine)
+        self.checksum = digest.hexdigest()
+
+
+def _long(line: bytes) -> LongLine:
+    return LongLine(len(line), bytes(line[:PAYLOAD_PREVIEW]))
+
+
+def _extend(carry: bytearray, carry_len: int, part: bytes, limit: int) -> int:
+    """Append ``part`` to the unfinished line; past the limit only its preview is kept."""
+    carry_len += len(part)
+    if carry_len <= limit:
+        carry += part
+    else:
+        del carry[PAYLOAD_PREVIEW:]
+        carry += part[: PAYLOAD_PREVIEW - len(carry)]
+    return carry_len
+
+
+def _join(carry: bytearray, carry_len: int, end: bytes, limit: int) -> Line:
+    """The unfinished line ``carry`` completed by ``end``."""
+    length = carry_len + len(end)
+    if length <= limit:
+        return bytes(carry) + end
+    head = bytes(carry[:PAYLOAD_PREVIEW])
+    return LongLine(length, head + end[: PAYLOAD_PREVIEW - len(head)])
+
+
+def checksum_of(path: Path | str, limit: int | None = None) -> str:
+    """The checksum of the file's content (of its first ``limit`` bytes when given), streamed."""
+    digest = new_checksum()
+    left = limit
+    with open_segment(path) as f:
+        while left is None or left > 0:
+            chunk = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return digest.hexdigest()
