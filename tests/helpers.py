@@ -76,10 +76,11 @@ class Workspace:
     def env(self) -> dict[str, str]:
         return self.settings.as_env()
 
-    def complete(self, checkpoint_id: int) -> None:
-        """Checkpoint ``checkpoint_id`` acked by every task without state: COMPLETED with no Spark."""
-        self.store.ack_many(self.job.name, checkpoint_id,
-                            [StateHandle(t.operator, t.subtask) for t in self.job.execution_graph.tasks])
+    def complete(self, checkpoint_id: int, store: CheckpointStore | None = None) -> list:
+        """Checkpoint ``checkpoint_id`` acked by every task without state: COMPLETED with no Spark.
+        ``store``: ack through this one (a fenced store may refuse); returns the ack results."""
+        return (store or self.store).ack_many(
+            self.job.name, checkpoint_id, [StateHandle(t.operator, t.subtask) for t in self.job.execution_graph.tasks])
 
 
 #: the workspaces made by the running test: tests/sink_check.py judges each one's sink after the test
@@ -222,10 +223,3 @@ def stage_counts(ws: Workspace, checkpoint_id: int, counts: dict[str, int], base
     with ws.store.sessions.begin() as s:
         sinks.stage(s, ws.job.name, ws.job.sink_operator, checkpoint_id, op_uri, base, len(words), manifest)
     return part / "part-0.parquet"
-
-
-def complete(store: CheckpointStore, job: JobDefinition, checkpoint_id: int) -> list:
-    """Every task of the job acks the checkpoint (through ``store``: a fenced one may refuse)."""
-    from coordinator.store import StateHandle
-
-    return store.ack_many(job.name, checkpoint_id, [StateHandle(t.operator, t.subtask) for t in job.execution_graph.tasks])

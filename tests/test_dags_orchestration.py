@@ -20,18 +20,12 @@ from coordinator.catalog.models import Job, utcnow  # noqa: E402
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError  # noqa: E402
 from coordinator.lifecycle import FailureReason  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from coordinator.store import StateHandle  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 
 
 @pytest.fixture
 def ws(tmp_path: Path, catalog_url: str) -> Workspace:
     return make_workspace(tmp_path, catalog_url)
-
-
-def complete(ws: Workspace, checkpoint_id: int) -> None:
-    ws.store.ack_many(ws.job.name, checkpoint_id,
-                      [StateHandle(t.operator, t.subtask) for t in ws.job.execution_graph.tasks])
 
 
 def set_policy(ws: Workspace, **columns: int) -> None:
@@ -157,7 +151,7 @@ def test_maintenance_expires_and_collects_unreferenced_state_of_every_catalog_jo
                   retained=1, full_snapshot_every=1, created_at=utcnow()))
     for _ in range(3):
         orchestration.inject_barrier(ws.settings, "wordcount")
-    complete(ws, 1)
+    ws.complete(1)
     state = Path(ws.settings.state_uri) / "wordcount"
     for cid in (1, 2, 3, 4):  # 4: newer than any catalog row, a writer we cannot see
         (state / f"chk-{cid}" / "count" / "subtask=0").mkdir(parents=True)
@@ -179,9 +173,9 @@ def history(ws: Workspace) -> Workspace:
     """1 SUBSUMED, 2 FAILED, 3 COMPLETED, 4 PENDING."""
     for _ in range(3):
         orchestration.inject_barrier(ws.settings, "wordcount")
-    complete(ws, 1)
+    ws.complete(1)
     ws.store.fail("wordcount", 2, FailureReason.TASK_DECLINED, "subtask count#1 declined")
-    complete(ws, 3)
+    ws.complete(3)
     set_policy(ws, retained=1)
     assert ws.store.subsume_beyond_retention("wordcount") == [1]
     orchestration.inject_barrier(ws.settings, "wordcount")
@@ -245,8 +239,8 @@ def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history
     assert orchestration.RecoveryRequest(**request).cli_args()[-1] == "--fallback"
     # between validation and the run, checkpoint 3 is subsumed: the command line refuses, exit 2
     orchestration.inject_barrier(history.settings, "wordcount")
-    complete(history, 4)
-    complete(history, 5)
+    history.complete(4)
+    history.complete(5)
     assert 3 in history.store.subsume_beyond_retention("wordcount")
     with pytest.raises(orchestration.RecoveryCommandError,
                        match=r"`absreplay recover wordcount .*` exited 2: checkpoint 3 of job 'wordcount' is SUBSUMED") as raised:

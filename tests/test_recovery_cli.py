@@ -11,7 +11,6 @@ import pytest
 from coordinator import recovery
 from coordinator.catalog.db import make_engine
 from coordinator.lease import processing_lease
-from coordinator.store import StateHandle
 from tests.helpers import cli, cli_ok, make_workspace
 
 
@@ -21,7 +20,7 @@ def catalog(tmp_path, pg_url):
     ws = make_workspace(tmp_path, pg_url)
     for checkpoint_id in (1, 2):
         ws.coordinator.inject()
-        ws.store.ack_many("wordcount", checkpoint_id, [StateHandle(t.operator, t.subtask) for t in ws.job.execution_graph.tasks])
+        ws.complete(checkpoint_id)
     return ws
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from coordinator import back_edge_logs, recovery, sinks
 from coordinator.jobs import connected_components
 from coordinator.recovery import RecoveryKind, RecoveryMode
-from tests.helpers import complete, make_workspace, stage_counts
+from tests.helpers import make_workspace, stage_counts
 
 
 def txn_status(ws) -> dict[int, str]:
@@ -32,14 +32,14 @@ def test_rewind_puts_back_rows_that_superseded_checkpoints_stamped_with_lower_id
     for cid, counts in epochs.items():
         ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))
         stage_counts(ws, cid, counts, cid - 1 or None)
-        complete(ws.store, ws.job, cid)
+        ws.complete(cid)
     ws.coordinator.finalize()
     assert ws.committed() == {"a": 3, "b": 1, "c": 1}
     out = reset(ws, 1, RecoveryKind.RECOVER)
     assert out.replays == {4: 2, 5: 3}
     for cid, of in out.replays.items():
         stage_counts(ws, cid, epochs[of], cid - 1)
-        complete(ws.store, ws.job, cid)
+        ws.complete(cid)
     ws.coordinator.finalize()
     assert txn_status(ws)[4] == txn_status(ws)[5] == "DEDUPLICATED"
     state_at_4 = pa.table({"word": ["a", "b"], "count": pa.array([2, 1], pa.int64()),
@@ -62,7 +62,7 @@ def test_a_replay_of_a_replay_is_deduplicated_in_a_job_with_a_loop(tmp_path, cat
         with ws.store.sessions.begin() as s:
             sinks.stage(s, ws.job.name, ws.job.sink_operator, cid, "/nonexistent/staged", cid - 1 or None, 0)
             back_edge_logs.record(s, ws.job.name, cid, [loop])
-        complete(ws.store, ws.job, cid)
+        ws.complete(cid)
 
     for cid in (1, 2, 3):
         ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))

@@ -21,7 +21,7 @@ from coordinator.errors import FencedError
 from coordinator.lease import lease_key, processing_lease
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason
 from coordinator.store import CheckpointStore
-from tests.helpers import cli, cli_ok, complete, lost_and_duplicated, make_workspace, stage_counts
+from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace, stage_counts
 
 SLOW = "slow-finalize"
 
@@ -39,7 +39,7 @@ def test_a_slow_finalize_never_writes_older_output_over_a_newer_commit(tmp_path,
     for cut in (10, 20):
         ws.store.trigger(ws.job.name, lambda s, cid, end=cut: ({"p0": end}, 0, 0))
     stage_counts(ws, 1, {"a": 1, "b": 1}, None)
-    complete(ws.store, ws.job, 1)
+    ws.complete(1)
 
     inside = threading.Event()
     real_upsert = sinks.upsert
@@ -64,7 +64,7 @@ def test_a_slow_finalize_never_writes_older_output_over_a_newer_commit(tmp_path,
     slow.start()
     assert inside.wait(30)
     stage_counts(ws, 2, {"a": 5}, 1)
-    assert complete(ws.store, ws.job, 2) == [AckResult.SUCCESS] * len(ws.job.execution_graph.tasks)
+    assert ws.complete(2) == [AckResult.SUCCESS] * len(ws.job.execution_graph.tasks)
     ws.coordinator.finalize()
     slow.join(60)
     assert not errors, errors
@@ -85,13 +85,13 @@ def test_a_run_whose_lease_was_taken_over_cannot_ack_decline_or_commit(tmp_path,
         cid = ws.store.trigger(ws.job.name, lambda s, c: ({"p0": 5}, 0, 0)).checkpoint_id
         stale, owner = ws.store.fenced(first), ws.store.fenced(second)
         with pytest.raises(FencedError, match=rf"lost its lease \(fencing token {first}, the job is at {second}\)"):
-            complete(stale, ws.job, cid)
+            ws.complete(cid, store=stale)
         with pytest.raises(FencedError):
             stale.fail(ws.job.name, cid, FailureReason.TASK_DECLINED)
         with pytest.raises(FencedError):
             CheckpointCoordinator(stale, ws.job, ws.settings.data_dir, ws.settings.state_uri).finalize()
         assert ws.store.acks(ws.job.name, cid) == []
-        complete(owner, ws.job, cid)
+        ws.complete(cid, store=owner)
         assert ws.store.checkpoint(ws.job.name, cid).status == CheckpointStatus.COMPLETED
 
 

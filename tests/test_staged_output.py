@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from coordinator import manifests
-from tests.helpers import cli, complete, lost_and_duplicated, make_workspace, stage_counts
+from tests.helpers import cli, lost_and_duplicated, make_workspace, stage_counts
 
 
 def marks(ws) -> list[tuple]:
@@ -61,10 +61,10 @@ def test_a_damaged_staged_file_commits_nothing_and_says_which(damage, tmp_path, 
     for cut in (10, 20):
         ws.store.trigger(ws.job.name, lambda s, cid, end=cut: ({"p0": end}, 0, 0))
     stage_counts(ws, 1, {"a": 1}, None)
-    complete(ws.store, ws.job, 1)
+    ws.complete(1)
     ws.coordinator.finalize()
     victim = stage_counts(ws, 2, {"a": 2, "b": 1}, 1)
-    complete(ws.store, ws.job, 2)
+    ws.complete(2)
     breaks, says = DAMAGE[damage]
     breaks(victim)
     r = cli(ws, "finalize", "wordcount")
@@ -83,7 +83,7 @@ def test_an_undamaged_output_commits_and_is_described_in_the_catalog(tmp_path, c
     ws = make_workspace(tmp_path, catalog_url)
     ws.store.trigger(ws.job.name, lambda s, cid: ({"p0": 10}, 0, 0))
     f = stage_counts(ws, 1, {"a": 1, "b": 2}, None)
-    complete(ws.store, ws.job, 1)
+    ws.complete(1)
     with ws.store.engine.connect() as c:
         files, size, checksum = c.execute(text("SELECT files, bytes, checksum FROM sink_transactions")).one()
     assert (files, size, len(checksum)) == (1, f.stat().st_size, 64)
