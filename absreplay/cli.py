@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from absreplay import views
+from absreplay import state_commands, views
 from absreplay.context import JobContext, job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
@@ -48,6 +48,10 @@ def _parallelism_args(ctx: JobContext, parallelism: int | None) -> list[str]:
 
     rescale.run_definition(ctx.store, ctx.job, ctx.settings.parallelism if parallelism is None else parallelism)
     return [] if parallelism is None else ["--parallelism", str(parallelism)]
+
+
+app.command()(state_commands.state)
+app.command()(state_commands.diff)
 
 
 @db_app.command("upgrade")

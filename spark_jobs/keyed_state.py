@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.errors import StateIntegrityError
+from coordinator.state_chain import ChainLink
 
 SUBTASK = "subtask"
 
@@ -91,19 +92,6 @@ def bytes_under(spark: SparkSession, uri: str) -> int:
     if not fs.exists(path):
         return 0
     return int(fs.getContentSummary(path).getLength())
-
-
-@dataclass(frozen=True)
-class ChainLink:
-    """One stored file set of a restore chain: a subtask's snapshot at one checkpoint."""
-
-    checkpoint_id: int
-    subtask: int
-    uri: str
-    rows: int
-    checksum: str | None
-    #: a full snapshot (the end of a chain), not a delta on a base
-    full: bool = True
 
 
 def restore(

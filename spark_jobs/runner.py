@@ -20,9 +20,10 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator import recovery, rescale, segment_changes, source
+from coordinator import recovery, rescale, segment_changes, source, state_chain
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
+from coordinator.state_chain import ChainLink
 from coordinator.errors import StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.store import CheckpointStore
@@ -50,7 +51,7 @@ class Restored:
 
     checkpoint_id: int | None
     state: DataFrame
-    links: list[keyed_state.ChainLink]
+    links: list[ChainLink]
     chain_length: int
     #: subtask -> the checkpoint its state is at (later than checkpoint_id after a partial recovery)
     heads: dict[int, int]
@@ -167,42 +168,10 @@ class EpochRunner:
         return self.store.job(self.job.name).max_parallelism
 
     # -- restore -------------------------------------------------------------------
-    def chain(self, heads: dict[int, int]) -> tuple[list[keyed_state.ChainLink], int]:
-        """The snapshot files of the state operator, from each subtask's head checkpoint back to
-        its full snapshot, and the longest chain's length. ``heads``: subtask -> checkpoint.
-
-        Links are ordered newest first per subtask; the last link of a subtask is its full snapshot."""
-        op = self.job.state_operator
-        links, length = [], 0
-        acks_of: dict[int, dict[int, object]] = {}
-
-        def ack_at(checkpoint_id: int, subtask: int):
-            if checkpoint_id not in acks_of:
-                acks_of[checkpoint_id] = {a.subtask: a for a in self.store.acks(self.job.name, checkpoint_id)
-                                          if a.operator == op}
-            return acks_of[checkpoint_id].get(subtask)
-
-        for subtask, head in sorted(heads.items()):
-            ack, n = ack_at(head, subtask), 0
-            while ack is not None:
-                n += 1
-                if ack.state_uri:
-                    links.append(keyed_state.ChainLink(ack.checkpoint_id, subtask, ack.state_uri, ack.state_rows,
-                                                       ack.checksum, full=ack.base_checkpoint_id is None))
-                if ack.base_checkpoint_id is None:
-                    break
-                base, ack = ack.base_checkpoint_id, ack_at(ack.base_checkpoint_id, subtask)
-                if ack is None:
-                    # a delta whose base has no ack: loading it alone would silently drop every key the
-                    # delta did not touch
-                    raise StateIntegrityError(
-                        f"the state of {op} subtask {subtask} at checkpoint {head} is a delta on checkpoint "
-                        f"{base}, which has no ack of that subtask: its incremental chain does not end in a "
-                        f"full snapshot; recover from an older checkpoint (absreplay recover {self.job.name} "
-                        f"--checkpoint N) or rewind"
-                    )
-            length = max(length, n)
-        return links, length
+    def chain(self, heads: dict[int, int]) -> tuple[list[ChainLink], int]:
+        """The state operator's snapshot files from each subtask's head back to its full snapshot
+        (coordinator.state_chain)."""
+        return state_chain.chain(self.store, self.job.name, self.job.state_operator, heads)
 
     def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
         """State at ``checkpoint_id``, checked file by file (StateIntegrityError names a bad one).
