@@ -28,6 +28,7 @@ from coordinator.errors import StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.store import CheckpointStore
 from spark_jobs import back_edge_log, iterate, keyed_state
+from spark_jobs.progress import Steps
 from spark_jobs.epoch_source import read_epoch, read_lines
 from spark_jobs.operators import OPERATORS
 from spark_jobs.operators.base import is_iterative
@@ -268,31 +269,9 @@ class EpochRunner:
             last_full_rows=sum(link.rows for link in restored.links if link.full),
             last_changed_rows=self.store.sink_rows(self.job.name, point) if point else 0,
         )
-        input_dir = source.input_dir(self.data_dir, self.job.name)
         try:
-            for i, plan in enumerate(plans, 1):
-                t0 = time.perf_counter()
-                if self.ops.needs_sequence_numbers or plan.dead_offsets:
-                    records = read_epoch(self.spark, input_dir, plan.segments, plan.dead_offsets)
-                else:
-                    records = read_lines(self.spark, input_dir, plan.segments)
-                fault_point("epoch.compute", plan.checkpoint_id)
-                behind = restored.behind(plan.checkpoint_id, p)
-                new_state, back_edge = iterate.epoch_step(self.ops, self.job, state, back_edge, records,
-                                                          plan.checkpoint_id)
-                if len(behind) < p:
-                    # partial recovery: subtasks already past this epoch keep their state and discard its records
-                    mine = keyed_state.subtask_of(self.ops.key, p, self.max_parallelism).isin(sorted(behind))
-                    new_state = new_state.where(mine).unionByName(state.where(~mine))
-                state = new_state.localCheckpoint(eager=True)
-                elapsed = time.perf_counter() - t0
-                report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
-                writer.snapshot(plan.checkpoint_id, state, None if len(behind) == p else behind, back_edge=back_edge)
-                log(
-                    f"  [{i}/{len(plans)}] epoch {plan.checkpoint_id}: {plan.records:,} records "
-                    f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
-                    + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
-                )
+            with Steps(len(plans), f"{self.job.name}: epochs") as steps:
+                self._run_epochs(plans, restored, state, back_edge, writer, report, steps)
         except Exception:
             # a segment deleted or changed while this run read it: name it rather than Spark's traceback
             self.check_segments(plans)
@@ -304,3 +283,31 @@ class EpochRunner:
             if t.error:
                 log(f"  checkpoint {t.checkpoint_id} FAILED: {t.error}")
         return report
+
+    def _run_epochs(self, plans: list[EpochPlan], restored: Restored, state: DataFrame, back_edge: DataFrame | None,
+                    writer: SnapshotWriter, report: RunReport, steps: Steps) -> None:
+        p = self.job.parallelism
+        input_dir = self.input_dir
+        for i, plan in enumerate(plans, 1):
+            t0 = time.perf_counter()
+            if self.ops.needs_sequence_numbers or plan.dead_offsets:
+                records = read_epoch(self.spark, input_dir, plan.segments, plan.dead_offsets)
+            else:
+                records = read_lines(self.spark, input_dir, plan.segments)
+            fault_point("epoch.compute", plan.checkpoint_id)
+            behind = restored.behind(plan.checkpoint_id, p)
+            new_state, back_edge = iterate.epoch_step(self.ops, self.job, state, back_edge, records,
+                                                      plan.checkpoint_id)
+            if len(behind) < p:
+                # partial recovery: subtasks already past this epoch keep their state and discard its records
+                mine = keyed_state.subtask_of(self.ops.key, p, self.max_parallelism).isin(sorted(behind))
+                new_state = new_state.where(mine).unionByName(state.where(~mine))
+            state = new_state.localCheckpoint(eager=True)
+            elapsed = time.perf_counter() - t0
+            report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
+            writer.snapshot(plan.checkpoint_id, state, None if len(behind) == p else behind, back_edge=back_edge)
+            steps.done(
+                f"  [{i}/{len(plans)}] epoch {plan.checkpoint_id}: {plan.records:,} records "
+                f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
+                + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
+            )

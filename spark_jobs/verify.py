@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -38,6 +39,7 @@ from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 from spark_jobs import iterate, keyed_state
 from spark_jobs.epoch_source import read_epoch
+from spark_jobs.progress import Steps
 from spark_jobs.runner import EpochRunner
 
 MAX_DIFFERENCES = 10
@@ -81,17 +83,23 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
         raise CheckpointNotFoundError(job.name, checkpoint_id, f"is {ck.status}; only COMPLETED checkpoints can be verified")
     job = job.with_parallelism(rescale.taken_at(store, job.name, checkpoint_id, job.state_operator))
     runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri)
-    restored = runner.restore(checkpoint_id)
-    stored = restored.state
-    if restored.back_edge is not None:
-        stored = iterate.quiesce(runner.ops, stored, restored.back_edge, checkpoint_id)
-    cut = store.cut(job.name, checkpoint_id)
-    plan = runner.plan_range({}, cut, checkpoint_id)
-    # every segment from the start of the sources, those that source retention allowed deleting too
-    segment_changes.check_before_run(runner.input_dir, [(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
-    records = read_epoch(spark, runner.input_dir, plan.segments, plan.dead_offsets)
-    empty = spark.createDataFrame([], runner.ops.state_schema)
-    recomputed = runner.ops.step(empty, records, checkpoint_id).localCheckpoint(eager=True)
+    with Steps(2, f"{job.name}: verify checkpoint {checkpoint_id}") as steps:
+        t0 = time.perf_counter()
+        restored = runner.restore(checkpoint_id)
+        stored = restored.state
+        if restored.back_edge is not None:
+            stored = iterate.quiesce(runner.ops, stored, restored.back_edge, checkpoint_id)
+        steps.done(f"  [1/2] restored and checked checkpoint {checkpoint_id} in {time.perf_counter() - t0:.2f}s")
+        t0 = time.perf_counter()
+        cut = store.cut(job.name, checkpoint_id)
+        plan = runner.plan_range({}, cut, checkpoint_id)
+        # every segment from the start of the sources, those that source retention allowed deleting too
+        segment_changes.check_before_run(runner.input_dir,
+                                         [(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
+        records = read_epoch(spark, runner.input_dir, plan.segments, plan.dead_offsets)
+        empty = spark.createDataFrame([], runner.ops.state_schema)
+        recomputed = runner.ops.step(empty, records, checkpoint_id).localCheckpoint(eager=True)
+        steps.done(f"  [2/2] recomputed it from {plan.records:,} source records in {time.perf_counter() - t0:.2f}s")
 
     ops = runner.ops
     columns = [c for c in ops.state_schema.fieldNames() if c != "updated"]  # when a row changed is not content
