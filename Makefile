@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: demo test test-fast soak install
+.PHONY: demo test test-fast soak install chromium
 
 install: $(VENV)/.installed
 
@@ -17,6 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+# headless Chromium and its WebDriver for the browser test of the Airflow view (Debian's packages);
+# skipped when present, so CI and a developer's machine both run it before the tests
+chromium: /usr/bin/chromedriver
+
+/usr/bin/chromedriver:
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
 
 demo: install
 	$(BIN)/absreplay demo

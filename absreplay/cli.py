@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from absreplay import state_commands, views
+from absreplay import report, state_commands, views
 from absreplay.context import JobContext, job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
@@ -268,6 +268,9 @@ def demo(
         from absreplay.demo import run_demo as run
     if not run(out, batches, lines_per_batch):
         raise typer.Exit(1)
+
+
+app.command(name="report")(report.report)  # absreplay/report.py owns it
 
 
 def main(argv: list[str] | None = None) -> None:

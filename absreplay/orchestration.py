@@ -202,12 +202,10 @@ def spark_submit_macros() -> dict[str, Callable[..., str]]:
 # -- maintenance -----------------------------------------------------------------------------
 def catalog_jobs(settings: Settings) -> list[str]:
     """Every job with a row in the catalog."""
-    from sqlalchemy import select
+    from coordinator import audit
 
-    from coordinator.catalog.models import Job
-
-    with _store(settings) as store, store.sessions() as s:
-        return list(s.scalars(select(Job.name).order_by(Job.name)))
+    with _store(settings) as store:
+        return audit.job_names(store.engine)
 
 
 def maintain_job(settings: Settings, job: str) -> dict[str, Any]:

@@ -1,0 +1,333 @@
+"""The audit read model: what the Airflow view and ``absreplay report`` show of a job's checkpoints.
+
+One place for the catalog queries both share, typed results, read-only.
+Status, timing, size and failure reason per checkpoint come from the public
+views ``snapshot_history`` and ``checkpoint_stats``; what the views do not hold
+(alignment time, state per operator, the epoch's record count, acks, sink
+transactions, dead letters, recoveries) from the tables. The epoch of a
+checkpoint holds the records between the previous barrier's cut and its own;
+a replay checkpoint re-does the epoch of the checkpoint it replays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Engine, String, column, func, or_, select, table
+
+from coordinator.catalog.models import (
+    BackEdgeLog,
+    Checkpoint,
+    DeadLetter,
+    Job,
+    Recovery,
+    SinkTransaction,
+    SourceCut,
+    TaskAck,
+    UTCDateTime,
+)
+from coordinator.errors import CheckpointNotFoundError
+
+SNAPSHOT_HISTORY = table(
+    "snapshot_history",
+    column("job", String), column("checkpoint_id", BigInteger), column("status", String),
+    column("triggered_at", UTCDateTime), column("completed_at", UTCDateTime), column("duration_ms", BigInteger),
+    column("state_bytes", BigInteger), column("acked_tasks", BigInteger), column("total_tasks", BigInteger),
+    column("failure_reason", String),
+)
+CHECKPOINT_STATS = table(
+    "checkpoint_stats",
+    *(column(c) for c in ("job", "checkpoint_id", "snapshot_mode", "state_rows", "sync_ms", "async_ms",
+                          "dead_letters", "sink_status", "sink_rows", "back_edge_records", "back_edge_bytes",
+                          "replay_of", "recovery_id")),
+)
+#: dead letters listed on a checkpoint's page (the count is always whole)
+DEAD_LETTERS_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class CheckpointSummary:
+    """One row of ``snapshot_history`` with the run's parallelism and the replay it is."""
+
+    checkpoint_id: int
+    status: str
+    triggered_at: datetime | None
+    completed_at: datetime | None
+    duration_ms: int | None
+    state_bytes: int
+    acked_tasks: int
+    total_tasks: int
+    failure_reason: str | None
+    parallelism: int | None
+    replay_of: int | None
+
+
+@dataclass(frozen=True)
+class CheckpointPage:
+    """Newest first: ``rows`` are ``offset``.. of ``total`` checkpoints (of ``status`` when given)."""
+
+    job: str
+    status: str | None
+    offset: int
+    limit: int
+    total: int
+    rows: list[CheckpointSummary]
+
+
+@dataclass(frozen=True)
+class EpochPoint:
+    """One checkpoint on the job's time axis: the charts' data."""
+
+    checkpoint_id: int
+    status: str
+    triggered_at: datetime | None
+    duration_ms: int | None
+    #: the slowest subtask's phases: barrier alignment, synchronous copy, asynchronous write
+    alignment_ms: int
+    sync_ms: int
+    async_ms: int
+    records: int
+    state_bytes_by_operator: dict[str, int]
+    back_edge_records: int
+    back_edge_bytes: int
+    failure_reason: str | None
+    failure_detail: str | None
+    replay_of: int | None
+
+
+@dataclass(frozen=True)
+class AckRow:
+    operator: str
+    subtask: int
+    state_uri: str | None
+    base_checkpoint_id: int | None
+    state_bytes: int
+    state_rows: int
+    checksum: str | None
+    alignment_ms: int
+    sync_ms: int
+    async_ms: int
+    acked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SinkTransactionRow:
+    sink: str
+    status: str
+    rows: int
+    files: int | None
+    bytes: int | None
+    checksum: str | None
+    staged_uri: str | None
+    staged_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class DeadLetterRow:
+    partition: str
+    segment: str
+    offset: int
+    reason: str
+    payload: str
+
+
+@dataclass(frozen=True)
+class BackEdgeLogRow:
+    operator: str
+    subtask: int
+    records: int
+    bytes: int
+    checksum: str | None
+
+
+@dataclass(frozen=True)
+class RecoveryRow:
+    id: int
+    kind: str
+    mode: str
+    requested_checkpoint_id: int | None
+    from_checkpoint_id: int | None
+    to_checkpoint_id: int | None
+    superseded: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: str
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class CheckpointDetail:
+    """Everything the catalog holds about one checkpoint."""
+
+    job: str
+    summary: CheckpointSummary
+    snapshot_mode: str | None
+    failure_detail: str | None
+    cut: dict[str, int]
+    records: int
+    acks: list[AckRow]
+    sink_transactions: list[SinkTransactionRow]
+    dead_letter_count: int
+    dead_letters: list[DeadLetterRow]
+    back_edge_records: int
+    back_edge_bytes: int
+    back_edge_logs: list[BackEdgeLogRow]
+    recovery_id: int | None
+    #: recoveries that asked for, restored, reached or created this checkpoint
+    recoveries: list[RecoveryRow] = field(default_factory=list)
+
+
+def _summary_query(job: str):
+    h = SNAPSHOT_HISTORY.c
+    return (
+        select(h.checkpoint_id, h.status, h.triggered_at, h.completed_at, h.duration_ms, h.state_bytes,
+               h.acked_tasks, h.total_tasks, h.failure_reason, Checkpoint.parallelism, Checkpoint.replay_of)
+        .select_from(SNAPSHOT_HISTORY.join(
+            Checkpoint, (Checkpoint.job == h.job) & (Checkpoint.checkpoint_id == h.checkpoint_id)))
+        .where(h.job == job)
+    )
+
+
+def _summary(row) -> CheckpointSummary:
+    m = row._mapping
+    return CheckpointSummary(
+        checkpoint_id=int(m["checkpoint_id"]), status=m["status"],
+        triggered_at=m["triggered_at"], completed_at=m["completed_at"],
+        duration_ms=None if m["duration_ms"] is None else int(m["duration_ms"]),
+        state_bytes=int(m["state_bytes"] or 0), acked_tasks=int(m["acked_tasks"] or 0),
+        total_tasks=int(m["total_tasks"]), failure_reason=m["failure_reason"],
+        parallelism=m["parallelism"], replay_of=m["replay_of"],
+    )
+
+
+def checkpoint_page(engine: Engine, job: str, status: str | None = None, offset: int = 0,
+                    limit: int = 50) -> CheckpointPage:
+    """A page of the job's whole retained history, newest first, optionally of one status."""
+    query = _summary_query(job)
+    if status:
+        query = query.where(SNAPSHOT_HISTORY.c.status == status)
+    with engine.connect() as c:
+        total = c.scalar(select(func.count()).select_from(query.subquery())) or 0
+        rows = c.execute(query.order_by(SNAPSHOT_HISTORY.c.checkpoint_id.desc()).offset(offset).limit(limit)).all()
+    return CheckpointPage(job, status or None, offset, limit, int(total), [_summary(r) for r in rows])
+
+
+def epoch_records(cuts: dict[int, dict[str, int]], replay_of: dict[int, int | None]) -> dict[int, int]:
+    """Records of each checkpoint's epoch: its cut minus the previous original barrier's cut."""
+    records: dict[int, int] = {}
+    previous: dict[str, int] = {}
+    for cid in sorted(cuts):
+        if replay_of.get(cid) is None:
+            cut = cuts[cid]
+            records[cid] = sum(max(0, off - previous.get(p, 0)) for p, off in cut.items())
+            previous = cut
+    for cid in sorted(cuts):
+        original, seen = cid, set()
+        while replay_of.get(original) is not None and original not in seen:
+            seen.add(original)
+            original = replay_of[original]  # type: ignore[assignment]
+        records[cid] = records.get(original, 0)
+    return records
+
+
+def _cuts(c, job: str) -> dict[int, dict[str, int]]:
+    cuts: dict[int, dict[str, int]] = {}
+    for cid, partition, offset in c.execute(
+            select(SourceCut.checkpoint_id, SourceCut.partition, SourceCut.offset).where(SourceCut.job == job)):
+        cuts.setdefault(int(cid), {})[partition] = int(offset)
+    return cuts
+
+
+def timeline(engine: Engine, job: str) -> list[EpochPoint]:
+    """Every retained checkpoint of the job, oldest first, with what the charts plot."""
+    s = CHECKPOINT_STATS.c
+    with engine.connect() as c:
+        base = c.execute(
+            _summary_query(job).add_columns(Checkpoint.failure_detail, s.back_edge_records, s.back_edge_bytes)
+            .join(CHECKPOINT_STATS, (s.job == Checkpoint.job) & (s.checkpoint_id == Checkpoint.checkpoint_id))
+            .order_by(SNAPSHOT_HISTORY.c.checkpoint_id)
+        ).all()
+        phases = {
+            int(r.checkpoint_id): r for r in c.execute(
+                select(TaskAck.checkpoint_id, func.max(TaskAck.alignment_ms).label("alignment_ms"),
+                       func.max(TaskAck.sync_ms).label("sync_ms"), func.max(TaskAck.async_ms).label("async_ms"))
+                .where(TaskAck.job == job).group_by(TaskAck.checkpoint_id))
+        }
+        by_operator: dict[int, dict[str, int]] = {}
+        for cid, operator, size in c.execute(
+                select(TaskAck.checkpoint_id, TaskAck.operator, func.sum(TaskAck.state_bytes))
+                .where(TaskAck.job == job).group_by(TaskAck.checkpoint_id, TaskAck.operator)):
+            by_operator.setdefault(int(cid), {})[operator] = int(size or 0)
+        records = epoch_records(_cuts(c, job), {int(r.checkpoint_id): r.replay_of for r in base})
+    points = []
+    for r in base:
+        summary, cid, p = _summary(r), int(r.checkpoint_id), phases.get(int(r.checkpoint_id))
+        points.append(EpochPoint(
+            checkpoint_id=cid, status=summary.status, triggered_at=summary.triggered_at,
+            duration_ms=summary.duration_ms,
+            alignment_ms=int(p.alignment_ms or 0) if p else 0, sync_ms=int(p.sync_ms or 0) if p else 0,
+            async_ms=int(p.async_ms or 0) if p else 0, records=records.get(cid, 0),
+            state_bytes_by_operator=by_operator.get(cid, {}),
+            back_edge_records=int(r.back_edge_records or 0), back_edge_bytes=int(r.back_edge_bytes or 0),
+            failure_reason=summary.failure_reason, failure_detail=r.failure_detail, replay_of=summary.replay_of,
+        ))
+    return points
+
+
+def recoveries_touching(engine: Engine, job: str, checkpoint_id: int, created_by: int | None) -> list[RecoveryRow]:
+    touching = or_(Recovery.requested_checkpoint_id == checkpoint_id, Recovery.from_checkpoint_id == checkpoint_id,
+                   Recovery.to_checkpoint_id == checkpoint_id, Recovery.id == (created_by or -1))
+    with engine.connect() as c:
+        rows = c.execute(select(Recovery).where(Recovery.job == job, touching).order_by(Recovery.id)).all()
+    return [RecoveryRow(**{k: v for k, v in r._mapping.items() if k in RecoveryRow.__dataclass_fields__})
+            for r in rows]
+
+
+def checkpoint_detail(engine: Engine, job: str, checkpoint_id: int) -> CheckpointDetail:
+    """Checkpoint ``checkpoint_id`` of ``job``: its summary, acks, sink transactions, dead letters, recoveries."""
+    s = CHECKPOINT_STATS.c
+    with engine.connect() as c:
+        row = c.execute(
+            _summary_query(job).add_columns(Checkpoint.failure_detail, s.snapshot_mode, s.back_edge_records,
+                                            s.back_edge_bytes, s.dead_letters, Checkpoint.recovery_id)
+            .join(CHECKPOINT_STATS, (s.job == Checkpoint.job) & (s.checkpoint_id == Checkpoint.checkpoint_id))
+            .where(SNAPSHOT_HISTORY.c.checkpoint_id == checkpoint_id)
+        ).first()
+        if row is None:
+            raise CheckpointNotFoundError(job, checkpoint_id)
+        acks = [AckRow(**{k: getattr(a, k) for k in AckRow.__dataclass_fields__}) for a in c.execute(
+            select(TaskAck).where(TaskAck.job == job, TaskAck.checkpoint_id == checkpoint_id)
+            .order_by(TaskAck.operator, TaskAck.subtask)).all()]
+        txns = [SinkTransactionRow(**{k: getattr(t, k) for k in SinkTransactionRow.__dataclass_fields__})
+                for t in c.execute(select(SinkTransaction).where(
+                    SinkTransaction.job == job, SinkTransaction.checkpoint_id == checkpoint_id)
+                    .order_by(SinkTransaction.sink)).all()]
+        letters = [DeadLetterRow(**{k: getattr(d, k) for k in DeadLetterRow.__dataclass_fields__})
+                   for d in c.execute(select(DeadLetter).where(
+                       DeadLetter.job == job, DeadLetter.checkpoint_id == checkpoint_id)
+                       .order_by(DeadLetter.id).limit(DEAD_LETTERS_SHOWN)).all()]
+        logs = [BackEdgeLogRow(**{k: getattr(b, k) for k in BackEdgeLogRow.__dataclass_fields__})
+                for b in c.execute(select(BackEdgeLog).where(
+                    BackEdgeLog.job == job, BackEdgeLog.checkpoint_id == checkpoint_id)
+                    .order_by(BackEdgeLog.operator, BackEdgeLog.subtask)).all()]
+        cuts = _cuts(c, job)
+        replays = dict(c.execute(select(Checkpoint.checkpoint_id, Checkpoint.replay_of)
+                                 .where(Checkpoint.job == job)).all())
+    summary = _summary(row)
+    return CheckpointDetail(
+        job=job, summary=summary, snapshot_mode=row.snapshot_mode, failure_detail=row.failure_detail,
+        cut=cuts.get(checkpoint_id, {}), records=epoch_records(cuts, replays).get(checkpoint_id, 0),
+        acks=acks, sink_transactions=txns, dead_letter_count=int(row.dead_letters or 0), dead_letters=letters,
+        back_edge_records=int(row.back_edge_records or 0), back_edge_bytes=int(row.back_edge_bytes or 0),
+        back_edge_logs=logs, recovery_id=row.recovery_id,
+        recoveries=recoveries_touching(engine, job, checkpoint_id, row.recovery_id),
+    )
+
+
+
+def job_names(engine: Engine) -> list[str]:
+    """Every job with a row in the catalog."""
+    with engine.connect() as c:
+        return list(c.scalars(select(Job.name).order_by(Job.name)))

@@ -1,0 +1,145 @@
+"""A real ``airflow standalone`` on loopback for tests, and a small client of its REST API v2.
+
+``standalone(...)`` starts it with the project's DAGs (and, through the
+``airflow.plugins`` entry point, the ABS Replay view) against a test's catalog,
+waits until every component is healthy and the DAGs are listed, and stops its
+whole process group afterwards. Without ``users`` everyone is admin
+(``SIMPLE_AUTH_MANAGER_ALL_ADMINS``); with ``users`` (name -> (role,
+password)) the simple auth manager knows exactly those, from a passwords file
+the test writes, and the client signs in as the first one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from absreplay.airflow_demo import airflow_env, airflow_executable
+from tests.helpers import Workspace, free_port, stop_process_group
+
+READY_TIMEOUT_S = 240
+RUN_TIMEOUT_S = 240
+
+
+@dataclass(frozen=True)
+class Airflow:
+    base: str
+    log: Path
+    token: str | None = None
+    dag: str = "abs_wordcount_recover"
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(f"{self.base}/api/v2{path}", data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, json.load(resp)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def login(self, username: str, password: str) -> Airflow:
+        """This client signed in as ``username`` (the simple auth manager's token endpoint)."""
+        req = urllib.request.Request(f"{self.base}/auth/token", method="POST",
+                                     data=json.dumps({"username": username, "password": password}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return replace(self, token=json.load(resp)["access_token"])
+
+    def get(self, path: str) -> Any:
+        status, body = self.call("GET", path)
+        assert status == 200, (path, status, body)
+        return body
+
+    def trigger(self, conf: dict[str, Any]) -> tuple[int, Any]:
+        return self.call("POST", f"/dags/{self.dag}/dagRuns", {"logical_date": None, "conf": conf})
+
+    def wait_for_run(self, run_id: str) -> str:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            state = self.get(f"/dags/{self.dag}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        pytest.fail(f"run {run_id} did not finish in {RUN_TIMEOUT_S}s:\n{self.tail()}")
+
+    def task_instances(self, run_id: str) -> dict[str, dict]:
+        body = self.get(f"/dags/{self.dag}/dagRuns/{run_id}/taskInstances")
+        return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+    def task_log(self, run_id: str, task_id: str, try_number: int) -> str:
+        body = self.get(f"/dags/{self.dag}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+                        "?full_content=true")
+        return json.dumps(body["content"])
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+
+def _auth_env(home: Path, users: dict[str, tuple[str, str]] | None) -> dict[str, str]:
+    if users is None:
+        return {"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True"}
+    passwords = home / "simple_auth_manager_passwords.json"
+    passwords.write_text(json.dumps({name: password for name, (_, password) in users.items()}))
+    return {
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{n}:{role}" for n, (role, _) in users.items()),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+    }
+
+
+@contextlib.contextmanager
+def standalone(tmp_path: Path, catalog: Workspace, pg_url: str,
+               users: dict[str, tuple[str, str]] | None = None) -> Iterator[Airflow]:
+    port = free_port()
+    home = tmp_path / "airflow"
+    home.mkdir()
+    env = {
+        **os.environ,
+        **airflow_env(home, "local[2]"),
+        **{k: v for k, v in catalog.settings.as_env().items() if k != "ABS_DATABASE_URL"},
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        **_auth_env(home, users),
+        "AIRFLOW_VAR_ABS_DATABASE_URL": pg_url,
+    }
+    log = tmp_path / "airflow-standalone.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([airflow_executable(), "standalone"], env=env, cwd=tmp_path, stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    api = Airflow(f"http://127.0.0.1:{port}", log)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                health = api.call("GET", "/monitor/health")[1]
+                if health and all(health[c]["status"] == "healthy"
+                                  for c in ("metadatabase", "scheduler", "dag_processor", "triggerer")):
+                    if users and api.token is None:
+                        name, (_, password) = next(iter(users.items()))
+                        api = api.login(name, password)
+                    if api.get("/dags?dag_id_pattern=abs_")["total_entries"] >= 4:
+                        break
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"airflow standalone did not become ready:\n{api.tail()}")
+            time.sleep(2)
+        yield api
+    finally:
+        # nothing of this Airflow is kept: its components get 5 s to stop before the SIGKILL
+        stop_process_group(proc, grace_s=5)

@@ -1,0 +1,150 @@
+"""The ABS Replay view in a real ``airflow standalone``, driven in headless Chromium.
+
+The job ran three epochs for real (spark-submit) and a fourth checkpoint
+failed. Airflow knows an admin and a viewer (simple auth manager, a passwords
+file). As the admin, the view inside Airflow's UI (``/plugin/absreplay``, an
+iframe of the plugin's app) shows the history with the failure's reason; a click
+on "Recover to this checkpoint" starts a run of ``abs_wordcount_recover`` through
+Airflow's REST API, the run succeeds and its recovery is in ``recoveries`` and
+on the checkpoint's page. As the viewer: no button, and the same request from
+the browser is refused by Airflow (403) with no run created.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from absreplay import orchestration
+from coordinator import recovery
+from coordinator.lifecycle import FailureReason
+from tests.airflow_standalone import Airflow, standalone
+from tests.helpers import Workspace, make_workspace, run_ok
+
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=150)]
+
+JOB = "wordcount"
+DAG = f"abs_{JOB}_recover"
+USERS = {"admin": ("admin", "admin-secret"), "viewer": ("viewer", "viewer-secret")}
+FAILURE_DETAIL = "subtask 1 of count declined the barrier"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+WAIT_S = 60
+
+
+@pytest.fixture
+def catalog(tmp_path: Path, pg_url: str) -> Workspace:
+    """Checkpoints 1-3 COMPLETED by a real processing run (one epoch per landed batch), 4 FAILED."""
+    ws = make_workspace(tmp_path, pg_url)
+    for batch in range(3):
+        ws.land(batch, lines=60)
+        assert orchestration.inject_barrier(ws.settings, JOB)["checkpoint_id"] == batch + 1
+    run_ok(ws, "process", JOB)
+    run_ok(ws, "finalize", JOB)
+    ws.land(3, lines=60)
+    assert orchestration.inject_barrier(ws.settings, JOB)["checkpoint_id"] == 4
+    ws.store.fail(JOB, 4, FailureReason.TASK_DECLINED, FAILURE_DETAIL)
+    return ws
+
+
+@pytest.fixture
+def airflow(tmp_path: Path, catalog: Workspace, pg_url: str) -> Iterator[Airflow]:
+    with standalone(tmp_path, catalog, pg_url, users=USERS) as api:
+        status, _ = api.call("PATCH", f"/dags/{DAG}", {"is_paused": False})
+        assert status == 200
+        yield api
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    assert shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER), "Chromium is missing: run `make chromium`"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    # the network is closed: without these Chromium waits on connections it will never get
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER, log_output=str(tmp_path / "driver.log")))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def sign_in(driver: webdriver.Chrome, api: Airflow, user: str) -> None:
+    """The browser holds ``user``'s session: Airflow's JWT cookie, as its login page leaves it."""
+    driver.get(f"{api.base}/api/v2/version")
+    driver.delete_all_cookies()
+    driver.add_cookie({"name": "_token", "value": api.login(user, USERS[user][1]).token, "path": "/"})
+
+
+def wait(driver: webdriver.Chrome, locator: tuple[str, str]):
+    return WebDriverWait(driver, WAIT_S).until(expected_conditions.presence_of_element_located(locator))
+
+
+def history(driver: webdriver.Chrome) -> dict[int, str]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "#checkpoints tr[data-checkpoint]")
+    return {int(r.get_attribute("data-checkpoint")): r.find_elements(By.TAG_NAME, "td")[1].text for r in rows}
+
+
+def test_recover_from_the_view_inside_airflow(airflow: Airflow, catalog: Workspace, browser) -> None:
+    sign_in(browser, airflow, "admin")
+    browser.get(f"{airflow.base}/plugin/absreplay")  # Airflow's own UI, the view in its iframe
+    frame = wait(browser, (By.CSS_SELECTOR, "iframe[src*='/absreplay/']"))
+    browser.switch_to.frame(frame)
+    wait(browser, (By.LINK_TEXT, JOB)).click()
+    wait(browser, (By.ID, "checkpoints"))
+    assert history(browser) == {1: "COMPLETED", 2: "COMPLETED", 3: "COMPLETED", 4: "FAILED"}
+    for key in ("durations", "state", "records", "back_edge", "status"):
+        assert len(browser.find_elements(By.CSS_SELECTOR, f'svg[data-chart="{key}"] g.bar')) == 4
+    failed = browser.find_element(By.CSS_SELECTOR, '#checkpoints tr[data-checkpoint="4"]')
+    assert "TASK_DECLINED" in failed.text
+    assert not failed.find_elements(By.CSS_SELECTOR, "button.trigger")  # no recovery to a failed checkpoint
+
+    browser.find_element(By.LINK_TEXT, "2").click()  # checkpoint 2's page: its acks, then recover to it
+    wait(browser, (By.ID, "acks"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#acks tr")) - 1 == len(catalog.job.execution_graph.tasks)
+    browser.find_element(By.XPATH, "//button[text()='Recover to this checkpoint']").click()
+    link = wait(browser, (By.CSS_SELECTOR, "a.dag-run"))
+    run_id = link.get_attribute("data-run-id")
+    run_page = f"/dags/{DAG}/runs/{quote(run_id, safe='')}"
+    assert link.get_attribute("href").endswith(run_page)
+    assert airflow.wait_for_run(run_id) == "success", airflow.tail()
+    link.click()  # Airflow's UI (around the frame) moves to the run's page
+    browser.switch_to.default_content()
+    WebDriverWait(browser, WAIT_S).until(lambda d: d.current_url.endswith(run_page))
+    browser.get(f"{airflow.base}/absreplay/jobs/{JOB}/checkpoints/2")
+    assert airflow.get(f"/dags/{DAG}/dagRuns/{run_id}")["conf"] == {"checkpoint": 2, "mode": "full", "rewind": False}
+    (row,) = recovery.history(catalog.store, JOB)
+    assert (row["kind"], row["requested_checkpoint_id"], row["from_checkpoint_id"], row["result"]) == (
+        "recover", 2, 2, "SUCCEEDED")
+    recoveries = wait(browser, (By.ID, "recoveries")).text
+    assert "SUCCEEDED" in recoveries and "recover" in recoveries
+
+    # the viewer reads the same history, gets no button, and Airflow refuses the trigger from their browser
+    sign_in(browser, airflow, "viewer")
+    browser.get(f"{airflow.base}/absreplay/jobs/{JOB}")
+    wait(browser, (By.ID, "checkpoints"))
+    assert set(history(browser)) >= {1, 2, 3, 4}
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.trigger")
+    browser.get(f"{airflow.base}/absreplay/jobs/{JOB}/checkpoints/3")
+    wait(browser, (By.ID, "acks"))
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.trigger")
+    runs_before = airflow.get(f"/dags/{DAG}/dagRuns")["total_entries"]
+    status = browser.execute_async_script(
+        """const done = arguments[arguments.length - 1];
+        fetch(`/api/v2/dags/${arguments[0]}/dagRuns`, {method: "POST", credentials: "same-origin",
+              headers: {"Content-Type": "application/json"},
+              body: JSON.stringify({logical_date: null, conf: {checkpoint: 3}})}).then(r => done(r.status));""",
+        DAG)
+    assert status == 403
+    assert airflow.get(f"/dags/{DAG}/dagRuns")["total_entries"] == runs_before
