@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # headless Chromium and its WebDriver for the browser test of the Airflow view (Debian's packages);
-# skipped when present, so CI and a developer's machine both run it before the tests
+# skipped when present; `make test` installs them, so the README's test command needs nothing else
 chromium: /usr/bin/chromedriver
 
 /usr/bin/chromedriver:
@@ -29,7 +29,7 @@ chromium: /usr/bin/chromedriver
 demo: install
 	$(BIN)/absreplay demo
 
-test: install
+test: install chromium
 	$(BIN)/ruff check .
 	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
