@@ -19,7 +19,6 @@ from absreplay import orchestration
 from coordinator import recovery
 from coordinator.jobs import REGISTRY
 from coordinator.lifecycle import FailureReason
-from coordinator.store import StateHandle
 from tests.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
 
@@ -35,7 +34,7 @@ def catalog(tmp_path: Path, pg_url: str) -> Workspace:
     ws.land(0, lines=20)
     for _ in range(2):
         orchestration.inject_barrier(ws.settings, "wordcount")
-    ws.store.ack_many("wordcount", 1, [StateHandle(t.operator, t.subtask) for t in ws.job.execution_graph.tasks])
+    ws.complete(1)
     ws.store.fail("wordcount", 2, FailureReason.TASK_DECLINED)
     return ws
 

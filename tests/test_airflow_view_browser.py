@@ -1,6 +1,6 @@
 """The ABS Replay view in a real ``airflow standalone``, driven in headless Chromium.
 
-The job ran three epochs for real (spark-submit) and a fourth checkpoint
+The job ran three epochs for real (on the worker's Spark session) and a fourth checkpoint
 failed. Airflow knows an admin and a viewer (simple auth manager, a passwords
 file). As the admin, the view inside Airflow's UI (``/plugin/absreplay``, an
 iframe of the plugin's app) shows the history with the failure's reason; a click
@@ -28,7 +28,7 @@ from absreplay import orchestration
 from coordinator import recovery
 from coordinator.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone
-from tests.helpers import Workspace, make_workspace, run_ok
+from tests.helpers import Workspace, make_workspace
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=150)]
 
@@ -41,14 +41,15 @@ WAIT_S = 60
 
 
 @pytest.fixture
-def catalog(tmp_path: Path, pg_url: str) -> Workspace:
-    """Checkpoints 1-3 COMPLETED by a real processing run (one epoch per landed batch), 4 FAILED."""
+def catalog(tmp_path: Path, pg_url: str, spark) -> Workspace:
+    """Checkpoints 1-3 COMPLETED by a real processing run (one epoch per landed batch, on the worker's
+    session: the recover run the click starts is the spark-submit this test is about), 4 FAILED."""
     ws = make_workspace(tmp_path, pg_url)
     for batch in range(3):
         ws.land(batch, lines=60)
         assert orchestration.inject_barrier(ws.settings, JOB)["checkpoint_id"] == batch + 1
-    run_ok(ws, "process", JOB)
-    run_ok(ws, "finalize", JOB)
+    ws.run_epochs(spark)
+    ws.coordinator.finalize()
     ws.land(3, lines=60)
     assert orchestration.inject_barrier(ws.settings, JOB)["checkpoint_id"] == 4
     ws.store.fail(JOB, 4, FailureReason.TASK_DECLINED, FAILURE_DETAIL)
