@@ -29,7 +29,8 @@ def _number(v: float) -> str:
     for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(v) >= size:
             return f"{v / size:.1f}{unit}"
-    return f"{v:.0f}"
+    # small axes (an empty series' 0..1, the status chart) keep their half steps apart
+    return f"{v:.1f}" if abs(v) < 10 and v != int(v) else f"{v:.0f}"
 
 
 def stacked_bars(key: str, title: str, ids: list[int], series: dict[str, list[float]], unit: str,
