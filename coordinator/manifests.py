@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -32,6 +31,7 @@ from coordinator import state_files
 from coordinator.errors import AbsError
 
 MANIFEST = "_manifest.json"
+CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,14 @@ def seal(uri: str, job_root: str) -> Manifest:
     fs, root = state_files.filesystem(uri)
     entries = []
     for rel in _listing(fs, root):
-        data = fs.open_input_stream(f"{root}/{rel}").readall()
-        entries.append({"path": rel, "bytes": len(data), "rows": pq.read_metadata(pa.BufferReader(data)).num_rows,
-                        "sha256": hashlib.sha256(data).hexdigest()})
+        digest, size = hashlib.sha256(), 0
+        with fs.open_input_stream(f"{root}/{rel}") as stream:  # streamed: a full snapshot may be large
+            while chunk := stream.read(CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+        with fs.open_input_file(f"{root}/{rel}") as file:  # the footer only
+            rows = pq.read_metadata(file).num_rows
+        entries.append({"path": rel, "bytes": size, "rows": rows, "sha256": digest.hexdigest()})
     content = json.dumps({"files": entries}, sort_keys=True, indent=1).encode()
     fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{root}/{MANIFEST}") as out:
