@@ -42,26 +42,7 @@ from coordinator.lifecycle import (
     transition,
 )
 from coordinator.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
-
-
-@dataclass(frozen=True)
-class StateHandle:
-    """What a task acks with: where its snapshot lives and what it holds."""
-
-    operator: str
-    subtask: int
-    state_uri: str | None = None
-    base_checkpoint_id: int | None = None
-    state_bytes: int = 0
-    state_rows: int = 0
-    checksum: str | None = None
-    alignment_ms: int = 0
-    sync_ms: int = 0
-    async_ms: int = 0
-
-    @property
-    def task(self) -> str:
-        return f"{self.operator}#{self.subtask}"
+from coordinator.state_handle import StateHandle, handle_columns
 
 
 @dataclass(frozen=True)
@@ -211,7 +192,7 @@ class CheckpointStore:
         result = ack_result(CheckpointStatus(ck.status), existing is not None)
         if result is not AckResult.SUCCESS:
             return result
-        s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **_handle_columns(handle)))
+        s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **handle_columns(handle)))
         s.flush()
         acked = s.scalar(
             select(func.count()).select_from(TaskAck).where(
@@ -440,17 +421,3 @@ class CheckpointStore:
             if ck is not None and ck.status == CheckpointStatus.PENDING:
                 ck.total_tasks, ck.parallelism = job.total_tasks, definition.parallelism
 
-
-def _handle_columns(h: StateHandle) -> dict:
-    return {
-        "operator": h.operator,
-        "subtask": h.subtask,
-        "state_uri": h.state_uri,
-        "base_checkpoint_id": h.base_checkpoint_id,
-        "state_bytes": h.state_bytes,
-        "state_rows": h.state_rows,
-        "checksum": h.checksum,
-        "alignment_ms": h.alignment_ms,
-        "sync_ms": h.sync_ms,
-        "async_ms": h.async_ms,
-    }

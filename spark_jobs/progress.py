@@ -1,9 +1,9 @@
 """Progress of long work: a bar in a terminal, plain lines in logs (rich; no Spark here).
 
-    with Steps(len(plans), "wordcount: epochs") as steps:
+    with Steps(len(plans), f"{job.name}: epochs") as steps:
         for plan in plans:
             ...
-            steps.done(f"  [1/3] epoch 7: 40,000 records in 1.20s")
+            steps.done(f"  [{i}/{len(plans)}] epoch {plan.checkpoint_id}: ...")
 
 On a terminal the line is printed above a live bar (done/total, elapsed, time left);
 anywhere else (a pipe, a log file, Airflow's task log) the same line is printed

@@ -34,7 +34,8 @@ from coordinator.graph import OperatorKind
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import AckResult, FailureReason
 from coordinator.source import source_subtask
-from coordinator.store import CheckpointStore, StateHandle
+from coordinator.store import CheckpointStore
+from coordinator.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.operators.base import SparkOperators
 

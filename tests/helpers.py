@@ -26,7 +26,8 @@ from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.jobs import JobDefinition, wordcount
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore, StateHandle
+from coordinator.store import CheckpointStore
+from coordinator.state_handle import StateHandle
 
 
 @dataclass

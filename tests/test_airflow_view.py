@@ -32,7 +32,7 @@ from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
 from coordinator import recovery  # noqa: E402
 from coordinator.catalog.models import DeadLetter, SinkTransaction  # noqa: E402
 from coordinator.lifecycle import FailureReason, SinkTxnStatus  # noqa: E402
-from coordinator.store import StateHandle  # noqa: E402
+from coordinator.state_handle import StateHandle  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 
 JOB = "wordcount"

@@ -24,7 +24,8 @@ from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioni
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
 from coordinator.policy import CheckpointPolicy
-from coordinator.store import CheckpointStore, StateHandle
+from coordinator.store import CheckpointStore
+from coordinator.state_handle import StateHandle
 
 GRAPH = JobGraph(
     operators=(

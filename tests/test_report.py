@@ -7,7 +7,7 @@ from pathlib import Path
 
 from absreplay import orchestration
 from coordinator.lifecycle import FailureReason
-from coordinator.store import StateHandle
+from coordinator.state_handle import StateHandle
 from tests.helpers import cli, cli_ok, make_workspace
 
 JOB = "wordcount"

@@ -14,7 +14,8 @@ from coordinator.catalog.models import utcnow
 from coordinator.jobs import wordcount
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
 from coordinator.policy import TriggerDecision
-from coordinator.store import CheckpointStore, StateHandle
+from coordinator.store import CheckpointStore
+from coordinator.state_handle import StateHandle
 
 JOB = wordcount()
 TASKS = [(t.operator, t.subtask) for t in JOB.execution_graph.tasks]
