@@ -15,7 +15,8 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator import id_store, segment_changes, sinks, source, state_files
+from coordinator import id_store, segment_changes, source, state_files
+from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point

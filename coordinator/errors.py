@@ -84,6 +84,11 @@ class SinkCommitError(AbsError):
         self.job, self.checkpoint_id = job, checkpoint_id
 
 
+class SinkSchemaError(UsageError):
+    """A sink's target exists with other columns or types than the job declares: nothing was
+    written; rename the target or make the declaration match it."""
+
+
 class CatalogBusyError(AbsError):
     """SQLite: another process held the catalog's write lock for longer than the busy timeout."""
 

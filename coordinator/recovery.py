@@ -28,7 +28,7 @@ import pyarrow as pa
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator import sinks
+from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import Checkpoint, Recovery, SinkTransaction, SourceCut, utcnow
 from coordinator.errors import CheckpointNotFoundError, UsageError
 from coordinator.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition

@@ -17,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from coordinator import sinks, state_chain, state_files
+from coordinator import state_chain, state_files
+from coordinator.sinks import transactions as sinks
 from coordinator.errors import StateIntegrityError, UsageError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus

@@ -27,7 +27,8 @@ from enum import StrEnum
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator import manifests, sinks, state_files
+from coordinator import manifests, state_files
+from coordinator.sinks import transactions as sinks
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
 from coordinator.graph import OperatorKind

@@ -211,7 +211,8 @@ def lost_and_duplicated(expected: dict[str, int], got: dict[str, int]) -> tuple[
 def stage_counts(ws: Workspace, checkpoint_id: int, counts: dict[str, int], base: int | None) -> Path:
     """What a wordcount run stages for a checkpoint, without Spark: the changed rows as one Parquet
     file, sealed (durable, with its manifest), and the sink transaction. Returns the file."""
-    from coordinator import manifests, sinks
+    from coordinator import manifests
+    from coordinator.sinks import transactions as sinks
 
     op_uri = state_files.operator_dir(ws.settings.state_uri, ws.job.name, checkpoint_id, ws.job.state_operator)
     part = Path(op_uri.removeprefix("file://")) / "subtask=0"

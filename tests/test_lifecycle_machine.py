@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from sqlalchemy import select
 
-from coordinator import sinks
+from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import SinkTransaction, TaskAck, utcnow
 from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning

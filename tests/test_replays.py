@@ -6,7 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 from sqlalchemy import text
 
-from coordinator import back_edge_logs, recovery, sinks
+from coordinator import back_edge_logs, recovery
+from coordinator.sinks import transactions as sinks
 from coordinator.jobs import connected_components
 from coordinator.recovery import RecoveryKind, RecoveryMode
 from tests.helpers import make_workspace, stage_counts

@@ -14,7 +14,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from coordinator import sinks
+from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.errors import FencedError

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from coordinator import sinks
+from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import utcnow
 from coordinator.jobs import wordcount

@@ -1,0 +1,56 @@
+"""What a sink target is to the checkpoint lifecycle.
+
+A target receives the output of one checkpoint at a time, in checkpoint order,
+as an Arrow table: for a keyed sink (``key`` set) the rows upsert the keyed
+result (one row per key, the key's value as of that checkpoint); for an
+append sink (``key`` None) they are appended. ``commit`` is idempotent by
+checkpoint id through a commit record the target keeps itself (the SQL
+table's commit row in the same transaction, Delta's application
+transaction, the Parquet directory's committed checkpoint directories), so a
+commit retried after a crash between the target's write and the catalog's
+status change writes nothing twice. Replays after a recovery carry new
+checkpoint ids; the catalog's high-water marks keep those out
+(``transactions.commit``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import pyarrow as pa
+
+
+@runtime_checkable
+class SinkTarget(Protocol):
+    #: the output's columns and types, the key first for a keyed sink
+    schema: pa.Schema
+    #: the upsert key (None: an append-only sink)
+    key: str | None
+
+    def describe(self) -> str:
+        """One line naming the target (kind and where), for errors, logs and the audit."""
+        ...
+
+    def prepare(self) -> None:
+        """Create the target from ``schema`` when it is missing (idempotent); a target that exists
+        with other columns or types raises ``SinkSchemaError`` naming the difference."""
+        ...
+
+    def committed_through(self, job: str, sink: str) -> int | None:
+        """The newest checkpoint id the target itself records as committed for (job, sink)."""
+        ...
+
+    def commit(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> bool:
+        """Apply one checkpoint's output atomically (readers see all of it or none of it) and record
+        ``checkpoint_id`` as committed with it. False, writing nothing: it was committed already."""
+        ...
+
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+        """Put the target back to exactly checkpoint ``checkpoint_id`` (a rewind): a keyed target then
+        holds exactly ``rows``; an append target drops what checkpoints after it appended. The commit
+        record goes back to ``checkpoint_id``. Returns the rows written or removed."""
+        ...
+
+    def read(self) -> pa.Table:
+        """What readers see now: one row per key for a keyed target, every row for an append one."""
+        ...
