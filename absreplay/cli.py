@@ -16,7 +16,7 @@ from absreplay import report, state_commands, views
 from absreplay.context import JobContext, job_context, open_store
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
-from coordinator.jobs import REGISTRY
+from absreplay.job_discovery import discover
 from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.policy import TriggerDecision
 from coordinator.settings import Settings
@@ -66,7 +66,7 @@ def db_upgrade() -> None:
 def jobs() -> None:
     """List the jobs ABS Replay can run, with their catalog state."""
     store = open_store(Settings.from_env())
-    out.print(views.jobs_table(store, REGISTRY))
+    out.print(views.jobs_table(store, discover().jobs))
 
 
 @app.command()

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.coordinator import CheckpointCoordinator
-from coordinator.jobs import JobDefinition, get_job
+from absreplay.job_discovery import get_job
+from coordinator.jobs import JobDefinition
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 

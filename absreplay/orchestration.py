@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.catalog.db import parse_url
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
-from coordinator.jobs import REGISTRY, get_job
+from absreplay.job_discovery import discover, get_job
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 
@@ -213,7 +213,7 @@ def maintain_job(settings: Settings, job: str) -> dict[str, Any]:
     from coordinator.coordinator import CheckpointCoordinator
     from coordinator.lease import expire_unless_processing
 
-    definition = REGISTRY.get(job)
+    definition = discover().jobs.get(job)
     with _store(settings) as store:
         expired = expire_unless_processing(store, job)
         if definition is None:

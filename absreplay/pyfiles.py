@@ -1,7 +1,9 @@
 """The zip of the project's code that spark-submit ships to the driver and executors (``--py-files``).
 
-A cluster-mode driver and every executor need ``coordinator`` and
-``spark_jobs`` importable. The zip holds their ``.py`` files only, is
+A cluster-mode driver and every executor need the project's packages
+importable, and the packages of the jobs installed as plugins (entry points,
+``absreplay.job_discovery``); the jobs folder's files are not packages: their
+functions travel pickled by value (``spark_jobs.job_runtime``). The zip holds their ``.py`` files only, is
 content-addressed (``absreplay-pyfiles-<sha256 prefix>.zip``) and byte-for-byte
 reproducible, so a cache directory (``$ABS_HOME/pyfiles`` by default) holds one
 zip per version of the code and a rebuild happens only when a source changes.
@@ -18,7 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-PACKAGES: tuple[str, ...] = ("coordinator", "spark_jobs")
+PACKAGES: tuple[str, ...] = ("absreplay", "coordinator", "spark_jobs")
 PREFIX = "absreplay-pyfiles-"
 # a fixed timestamp makes the zip reproducible (zip cannot store dates before 1980)
 EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -53,9 +55,17 @@ def digest(files: list[tuple[str, Path]]) -> str:
     return h.hexdigest()
 
 
-def build_pyfiles_zip(cache_dir: Path, packages: tuple[str, ...] = PACKAGES) -> Path:
-    """The zip of ``packages`` in ``cache_dir``, built if this version of the code has none yet."""
-    files = sources(packages)
+def shipped_packages() -> tuple[str, ...]:
+    """The project's packages and those of every job found as a plugin."""
+    from absreplay.job_discovery import discover
+
+    return tuple(sorted(set(PACKAGES) | discover().packages))
+
+
+def build_pyfiles_zip(cache_dir: Path, packages: tuple[str, ...] | None = None) -> Path:
+    """The zip of ``packages`` (default: ``shipped_packages()``) in ``cache_dir``, built if this
+    version of the code has none yet."""
+    files = sources(packages or shipped_packages())
     cache_dir.mkdir(parents=True, exist_ok=True)
     target = cache_dir / f"{PREFIX}{digest(files)[:16]}.zip"
     if target.exists():

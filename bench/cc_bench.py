@@ -34,7 +34,7 @@ from absreplay.union_find import labels_at, read_edges  # noqa: E402
 from coordinator import back_edge_logs, source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.coordinator import CheckpointCoordinator  # noqa: E402
-from coordinator.jobs import connected_components  # noqa: E402
+from absreplay_examples.definitions import connected_components  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from coordinator.store import CheckpointStore  # noqa: E402
 

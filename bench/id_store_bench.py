@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from coordinator.catalog.db import make_engine, safe_url, upgrade  # noqa: E402
 from coordinator.id_store import Arrival, IdStore, IdStoreCounters, IdStorePolicy, Verdict  # noqa: E402
-from coordinator.jobs import wordcount  # noqa: E402
+from absreplay_examples.definitions import wordcount  # noqa: E402
 from coordinator.store import CheckpointStore  # noqa: E402
 
 console = Console(width=120)

@@ -34,7 +34,7 @@ from absreplay.sample_data import land_batch  # noqa: E402
 from coordinator import source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.coordinator import CheckpointCoordinator  # noqa: E402
-from coordinator.jobs import wordcount  # noqa: E402
+from absreplay_examples.definitions import wordcount  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from coordinator.store import CheckpointStore  # noqa: E402
 

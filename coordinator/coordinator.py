@@ -78,7 +78,7 @@ class CheckpointCoordinator:
             for name in names:
                 if (partition, name) in known:
                     continue
-                seg = source.scan_segment(partition, root / partition / name, self.job.record_format, max_line)
+                seg = source.scan_segment(partition, root / partition / name, self.job.lines, max_line)
                 renames.check(partition, name, seg.bytes, seg.checksum)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
                                     records=seg.records, bytes=seg.bytes, checksum=seg.checksum,
@@ -110,7 +110,7 @@ class CheckpointCoordinator:
         with self.store.sessions.begin() as s:
             # serialized per job: a concurrent finalize waits here, then sees what this one committed
             self.store.lock_job(s, self.job.name)
-            report.committed, report.aborted = sinks.settle(s, self.job.name, self.job.sink_table)
+            report.committed, report.aborted = sinks.settle(s, self.job)
         report.subsumed = self.store.subsume_beyond_retention(self.job.name)
         report.deleted_dirs = self.collect_garbage()
         report.consecutive_failures = self.store.consecutive_failures(self.job.name)

@@ -21,8 +21,9 @@ class UsageError(AbsError):
 
 
 class UnknownJobError(UsageError):
-    def __init__(self, job: str, known: list[str]) -> None:
-        super().__init__(f"unknown job {job!r}; known jobs: {', '.join(known) or 'none'}")
+    def __init__(self, job: str, known: list[str], broken: list[str] | None = None) -> None:
+        failed = f"; job files that failed to load: {'; '.join(broken)}" if broken else ""
+        super().__init__(f"unknown job {job!r}; known jobs: {', '.join(known) or 'none'}{failed}")
         self.job = job
 
 

@@ -1,18 +1,47 @@
-"""The registered jobs: their graphs, sinks and policies (no Spark here).
+"""What the checkpoint lifecycle knows of a job: its graph, keyed state, sinks and policies.
 
-A job definition says what the execution graph is and which SQL sink table it
-writes; its Spark operators live in ``spark_jobs.operators.<kind>``.
+A job is declared with the public API (``absreplay.api``) and found by
+``absreplay.job_discovery``; ``absreplay.api.Job.definition()`` makes this
+definition of it. The declaration itself rides along as ``spec``, for the Spark
+runtime (``spark_jobs.job_runtime``); nothing here reads it. No Spark here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from coordinator.errors import UnknownJobError
-from coordinator.graph import Edge, ExecutionGraph, JobGraph, Operator, OperatorKind, Partitioning
-from coordinator.iterate import LoopStep, check_loop, iterate, loop_of
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator.graph import ExecutionGraph, JobGraph
+from coordinator.iterate import loop_of
 from coordinator.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.record_formats import RecordFormat
+from coordinator.record_formats import TextLines
+from coordinator.sinks.base import SinkTarget
+from coordinator.sinks.declarations import SinkDeclaration
+from coordinator.types import Schema, arrow_schema
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """One sink of a job: its operator's name, its target and the columns it receives (key first)."""
+
+    name: str
+    declaration: SinkDeclaration
+    columns: Schema
+    key: str | None
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in self.columns)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return arrow_schema(self.columns)
+
+    def target(self, catalog_url: str) -> SinkTarget:
+        return self.declaration.target(self.arrow_schema, self.key, catalog_url)
 
 
 @dataclass(frozen=True)
@@ -20,22 +49,31 @@ class JobDefinition:
     name: str
     description: str
     graph: JobGraph
-    # the operator whose keyed state is snapshotted to Parquet
+    # the operator whose keyed state is snapshotted to Parquet, its key and its columns (the key
+    # first, ``updated`` last: the checkpoint that last changed the row)
     state_operator: str
-    sink_operator: str
-    sink_table: str
+    key: str
+    state_columns: Schema
+    sinks: tuple[SinkSpec, ...]
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     barrier_interval_minutes: int = 5
     # how records of `.jsonl` segments (explicit ids) are deduplicated
     id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
     # which lines are records (the others become dead letters at inject)
-    record_format: RecordFormat = RecordFormat.TEXT
+    lines: TextLines = field(default_factory=TextLines)
     # jobs with an iterate loop: rounds per epoch; what still circulates then is the back-edge log
     loop_rounds: int = 4
+    #: the declaration (``absreplay.api.Job``) the Spark runtime runs; where it was found
+    spec: Any = field(default=None, compare=False, repr=False)
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if self.loop_rounds < 1:
             raise ValueError(f"job {self.name!r}: loop_rounds must be >= 1, got {self.loop_rounds}")
+
+    @property
+    def sink_operators(self) -> tuple[str, ...]:
+        return tuple(sink.name for sink in self.sinks)
 
     @property
     def execution_graph(self) -> ExecutionGraph:
@@ -58,79 +96,3 @@ class JobDefinition:
             raise ValueError(f"job {self.name!r}: parallelism must be >= 1, got {parallelism}")
         operators = tuple(replace(op, parallelism=parallelism) for op in self.graph.operators)
         return replace(self, graph=replace(self.graph, operators=operators))
-
-
-def wordcount(parallelism: int = 2) -> JobDefinition:
-    """Paper section 3.1: text lines -> words -> count per word -> SQL sink."""
-    p = parallelism
-    graph = JobGraph(
-        operators=(
-            Operator("source", OperatorKind.SOURCE, p),
-            Operator("tokenize", OperatorKind.FLAT_MAP, p),
-            Operator("count", OperatorKind.KEYED_REDUCE, p),
-            Operator("sink", OperatorKind.SINK, p),
-        ),
-        edges=(
-            Edge("source", "tokenize", Partitioning.FORWARD),
-            Edge("tokenize", "count", Partitioning.HASH),
-            Edge("count", "sink", Partitioning.FORWARD),
-        ),
-    )
-    return JobDefinition(
-        name="wordcount",
-        description="counts words of text lines (paper section 3.1)",
-        graph=graph,
-        state_operator="count",
-        sink_operator="sink",
-        sink_table="wordcount_counts",
-    )
-
-
-def connected_components(parallelism: int = 2, loop_rounds: int = 4) -> JobDefinition:
-    """DESIGN.md section 8: edge lines -> label propagation through an iterate loop -> SQL sink.
-
-    ``labels`` (the loop head) keeps each vertex's component label and neighbours;
-    ``propagate`` sends a lowered label to the neighbours; ``feedback`` (the tail)
-    combines the messages per target vertex and returns them to the head."""
-    p = parallelism
-    loop = iterate(
-        head=Operator("labels", OperatorKind.ITERATE_HEAD, p),
-        body=[LoopStep(Operator("propagate", OperatorKind.FLAT_MAP, p), Partitioning.FORWARD)],
-        tail=LoopStep(Operator("feedback", OperatorKind.ITERATE_TAIL, p), Partitioning.HASH),
-        feedback=Partitioning.FORWARD,
-    )
-    graph = JobGraph(
-        operators=(
-            Operator("source", OperatorKind.SOURCE, p),
-            Operator("parse", OperatorKind.FLAT_MAP, p),
-            *loop.operators,
-            Operator("sink", OperatorKind.SINK, p),
-        ),
-        edges=(
-            Edge("source", "parse", Partitioning.FORWARD),
-            Edge("parse", loop.head.name, Partitioning.HASH),
-            *loop.edges,
-            Edge(loop.head.name, "sink", Partitioning.FORWARD),
-        ),
-    )
-    check_loop(graph, loop)
-    return JobDefinition(
-        name="connected_components",
-        description="connected components of an undirected edge list, by label propagation in a loop",
-        graph=graph,
-        state_operator=loop.head.name,
-        sink_operator="sink",
-        sink_table="cc_labels",
-        record_format=RecordFormat.EDGES,
-        loop_rounds=loop_rounds,
-    )
-
-
-REGISTRY: dict[str, JobDefinition] = {job.name: job for job in (wordcount(), connected_components())}
-
-
-def get_job(name: str) -> JobDefinition:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise UnknownJobError(name, sorted(REGISTRY)) from None

@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import Checkpoint, Recovery, SinkTransaction, SourceCut, utcnow
 from coordinator.errors import CheckpointNotFoundError, UsageError
+from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
 from coordinator.store import CheckpointStore
 
@@ -128,9 +129,7 @@ def previous_completed(store: CheckpointStore, job: str, before: int) -> int | N
 
 def reset_after(
     store: CheckpointStore,
-    job: str,
-    sink_table: str,
-    sink_name: str,
+    definition: JobDefinition,
     restored: int | None,
     recovery_id: int,
     kind: RecoveryKind,
@@ -139,17 +138,18 @@ def reset_after(
     """Settle the sinks and put the checkpoints after ``restored`` in order for the resumed run,
     in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
 
-    ``state_rows``: for a rewind, the sink's view of checkpoint ``restored`` (sink columns and
-    ``updated``), the values rows written later are reverted to. ``restored`` None: the empty state
+    ``state_rows``: for a rewind, the sinks' view of checkpoint ``restored`` (every sink's columns
+    and ``updated``), the values rows written later are reverted to. ``restored`` None: the empty state
     (nothing had completed), every checkpoint comes after it.
     """
     out = ResetOutcome()
+    job = definition.name
     after = restored or 0
     with store.sessions.begin() as s:
         job_row = store.lock_job(s, job)
         # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted,
         # and so is output after the restore point whose files fail verification: its epoch is replayed
-        out.committed, out.aborted = sinks.settle(s, job, sink_table, replayed_after=after)
+        out.committed, out.aborted = sinks.settle(s, definition, replayed_after=after)
         later = list(s.scalars(
             select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
             .order_by(Checkpoint.checkpoint_id)
@@ -163,8 +163,10 @@ def reset_after(
             sinks.abort(txn)
             out.aborted.append(txn.checkpoint_id)
         if kind is RecoveryKind.REWIND:
-            out.reverted_rows = sinks.revert_after(s, job, sink_name, sinks.SINK_TABLES[sink_table], restored,
-                                                   store_cut(s, job, restored), state_rows)
+            cut = store_cut(s, job, restored)
+            for sink in definition.sinks:
+                rows = None if state_rows is None else state_rows.select([*sink.column_names, "updated"])
+                out.reverted_rows += sinks.revert_after(s, job, sink, restored, cut, rows)
         if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
             now = utcnow()
             for ck in live:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
-from coordinator.record_formats import RecordFormat, line_problem
+from coordinator.record_formats import TextLines
 from coordinator.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
@@ -196,11 +196,11 @@ def parse_id_record(line: bytes) -> tuple[str, int, str]:
     return rid, ts, body
 
 
-def _id_record(i: int, line: bytes, record_format: RecordFormat) -> IdRecord | BadRecord:
-    """A ``.jsonl`` line: an id record whose ``line`` is a record of ``record_format``, or a bad record."""
+def _id_record(i: int, line: bytes, lines: TextLines) -> IdRecord | BadRecord:
+    """A ``.jsonl`` line: an id record whose ``line`` is a record of the job (``lines``), or a bad record."""
     try:
         rid, ts, body = parse_id_record(line)
-        problem = line_problem(record_format, body.encode("utf-8"))
+        problem = lines.problem(body.encode("utf-8"))
         if problem:
             raise BadIdRecordError(f"'line' is {problem}")
     except BadIdRecordError as exc:
@@ -208,12 +208,12 @@ def _id_record(i: int, line: bytes, record_format: RecordFormat) -> IdRecord | B
     return IdRecord(i, rid, ts)
 
 
-def _text_problem(line: bytes, record_format: RecordFormat) -> str | None:
+def _text_problem(line: bytes, lines: TextLines) -> str | None:
     try:
         line.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"not valid UTF-8 at byte {exc.start} of the line"
-    return line_problem(record_format, line)
+    return lines.problem(line)
 
 
 def long_line_reason(line: LongLine, limit: int) -> str:
@@ -221,34 +221,35 @@ def long_line_reason(line: LongLine, limit: int) -> str:
 
 
 def scan_segment(
-    partition: str, path: Path, record_format: RecordFormat = RecordFormat.TEXT, max_line: int | None = None
+    partition: str, path: Path, lines: TextLines | None = None, max_line: int | None = None
 ) -> ScannedSegment:
     """Count a segment's records, streamed (``coordinator.segment_reader``), with its size, checksum and
     mtime. Bad records (dead letters): lines longer than the maximum, lines that are not UTF-8 or not of
-    the job's ``record_format`` (``coordinator.record_formats``), and in ``.jsonl`` segments lines that
+    the job's records (``coordinator.record_formats``), and in ``.jsonl`` segments lines that
     are not id records."""
+    lines = lines or TextLines()
     reader = SegmentReader(path, max_line)
     id_segment = is_id_segment(path.name)
-    check_each = id_segment or record_format is not RecordFormat.TEXT
+    check_each = id_segment or lines.checks_each_line
     records = 0
     bad: list[BadRecord] = []
     ids: list[IdRecord] = []
-    for lines, has_long in reader.batches():
-        if not (check_each or has_long) and _is_utf8(b"\n".join(lines)):
-            records += len(lines)  # the common case: a chunk of plain UTF-8 text, decoded at once
+    for batch, has_long in reader.batches():
+        if not (check_each or has_long) and _is_utf8(b"\n".join(batch)):
+            records += len(batch)  # the common case: a chunk of plain UTF-8 text, decoded at once
             continue
-        for i, line in enumerate(lines, records):
+        for i, line in enumerate(batch, records):
             if isinstance(line, LongLine):
                 bad.append(BadRecord(i, long_line_reason(line, reader.max_line), preview(line)))
             elif id_segment:
-                found = _id_record(i, line, record_format)
+                found = _id_record(i, line, lines)
                 if isinstance(found, IdRecord):
                     ids.append(found)
                 else:
                     bad.append(found)
-            elif problem := _text_problem(line, record_format):
+            elif problem := _text_problem(line, lines):
                 bad.append(BadRecord(i, problem, preview(line)))
-        records += len(lines)
+        records += len(batch)
     return ScannedSegment(partition, path.name, path, records, reader.bytes, reader.checksum, reader.mtime_ns,
                           bad, ids)
 

@@ -18,7 +18,6 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from coordinator import state_chain, state_files
-from coordinator.sinks import transactions as sinks
 from coordinator.errors import StateIntegrityError, UsageError
 from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
@@ -37,7 +36,7 @@ class StateDiff:
 
 
 def key_of(job: JobDefinition) -> str:
-    return sinks.SINK_TABLES[job.sink_table].key
+    return job.key
 
 
 def check_operator(job: JobDefinition, operator: str | None) -> str:

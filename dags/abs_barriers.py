@@ -16,7 +16,8 @@ from airflow.sdk import DAG, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from absreplay import orchestration
-from coordinator.jobs import REGISTRY, JobDefinition
+from absreplay.job_discovery import jobs_for_dags
+from coordinator.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -66,5 +67,5 @@ def barriers_dag(job: JobDefinition) -> DAG:
     return barriers()
 
 
-for _job in REGISTRY.values():
+for _job in jobs_for_dags():
     globals()[f"abs_{_job.name}_barriers"] = barriers_dag(_job)

@@ -20,7 +20,8 @@ from airflow.sdk import DAG, Param, dag, task
 
 from absreplay import orchestration
 from absreplay.submit import PROCESS_APP
-from coordinator.jobs import REGISTRY, JobDefinition
+from absreplay.job_discovery import jobs_for_dags
+from coordinator.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -92,5 +93,5 @@ def epochs_dag(job: JobDefinition) -> DAG:
     return epochs()
 
 
-for _job in REGISTRY.values():
+for _job in jobs_for_dags():
     globals()[f"abs_{_job.name}_epochs"] = epochs_dag(_job)

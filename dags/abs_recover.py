@@ -14,7 +14,8 @@ from typing import Any
 from airflow.sdk import DAG, Param, dag, task
 
 from absreplay import orchestration
-from coordinator.jobs import REGISTRY, JobDefinition
+from absreplay.job_discovery import jobs_for_dags
+from coordinator.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
@@ -89,5 +90,5 @@ def recover_dag(job: JobDefinition) -> DAG:
     return recover()
 
 
-for _job in REGISTRY.values():
+for _job in jobs_for_dags():
     globals()[f"abs_{_job.name}_recover"] = recover_dag(_job)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from coordinator.jobs import JobDefinition
-from spark_jobs.operators.base import SparkOperators, is_iterative
+from spark_jobs.operators import SparkOperators, is_iterative
 
 
 def epoch_step(

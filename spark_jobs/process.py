@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from coordinator import recovery, rescale
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
-from coordinator.jobs import get_job
+from absreplay.job_discovery import get_job
 from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings

@@ -24,7 +24,7 @@ from coordinator.jobs import JobDefinition
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
-from spark_jobs.operators.base import is_iterative
+from spark_jobs.operators import is_iterative
 from spark_jobs.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.snapshot import SnapshotMode
 
@@ -50,8 +50,7 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
         if request.kind is RecoveryKind.REWIND:
             # the sink's view of checkpoint N, to put rows written after N back to it
             state_rows = restored.state.select(*runner.ops.sink_columns, "updated").toArrow()
-        reset = recovery.reset_after(store, job.name, job.sink_table, job.sink_operator, target, recovery_id,
-                                     request.kind, state_rows)
+        reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows)
         notes.append(
             f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
             f"replays {sorted(reset.replays) or 'none'}; sink: committed {reset.committed or 'none'}, "

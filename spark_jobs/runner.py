@@ -30,8 +30,8 @@ from coordinator.store import CheckpointStore
 from spark_jobs import back_edge_log, iterate, keyed_state
 from spark_jobs.progress import Steps
 from spark_jobs.epoch_source import read_epoch, read_lines
-from spark_jobs.operators import OPERATORS
-from spark_jobs.operators.base import is_iterative
+from spark_jobs.job_runtime import operators_of
+from spark_jobs.operators import is_iterative
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 
 
@@ -108,7 +108,7 @@ class EpochRunner:
         self.spark = spark
         self.store = store
         self.job = job
-        self.ops = OPERATORS[job.name]
+        self.ops = operators_of(job)
         self.data_dir = data_dir
         self.state_uri = state_uri
         self.mode = mode

@@ -38,7 +38,7 @@ from coordinator.source import source_subtask
 from coordinator.store import CheckpointStore
 from coordinator.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
-from spark_jobs.operators.base import SparkOperators
+from spark_jobs.operators import SparkOperators
 
 
 class SnapshotMode(StrEnum):
@@ -136,7 +136,8 @@ class SnapshotWriter:
         rows = self._changed_since_base(state).select(*self.ops.sink_columns).toArrow()
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
-            sinks.upsert(s, sinks.SINK_TABLES[self.job.sink_table], checkpoint_id, rows)
+            for sink in self.job.sinks:
+                sinks.write(s, sink, self.job.name, checkpoint_id, rows.select(list(sink.column_names)))
         self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED, "run with --snapshot-mode none")
         self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
         timing.sink_rows = rows.num_rows
@@ -240,7 +241,8 @@ class SnapshotWriter:
         changed = int(metrics["changed"] or 0)
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
-            sinks.stage(s, self.job.name, self.job.sink_operator, checkpoint_id, op_uri, self.base, changed, manifest)
+            for sink in self.job.sinks:
+                sinks.stage(s, self.job.name, sink.name, checkpoint_id, op_uri, self.base, changed, manifest)
         handles = self._stateless_handles()
         for i in range(p):
             st = stats[i]
@@ -256,8 +258,9 @@ class SnapshotWriter:
                     checksum=st.checksum if st.rows else None,
                 )
             )
-        # the sink is forward-connected to the keyed operator: its subtask i stages subtask i's rows
-        handles += [StateHandle(operator=self.job.sink_operator, subtask=i, state_uri=op_uri) for i in range(p)]
+        # each sink is forward-connected to the keyed operator: its subtask i stages subtask i's rows
+        handles += [StateHandle(operator=sink, subtask=i, state_uri=op_uri)
+                    for sink in self.job.sink_operators for i in range(p)]
         if subtasks is not None:
             handles = [h for h in handles if h.subtask in subtasks]
         timing.full = full
@@ -284,7 +287,7 @@ class SnapshotWriter:
         """Sources ack their offsets (kept in the catalog's cut); stateless operators ack empty state."""
         handles = []
         for op in self.job.graph.operators:
-            if op.name in (self.job.state_operator, self.job.sink_operator):
+            if op.name == self.job.state_operator or op.name in self.job.sink_operators:
                 continue
             for i in range(op.parallelism):
                 owned = sum(1 for part in self.partitions if source_subtask(part, op.parallelism) == i)

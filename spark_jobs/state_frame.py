@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.catalog.db import ensure_migrated, make_engine
-from coordinator.jobs import get_job
+from absreplay.job_discovery import get_job
 from coordinator.settings import Settings
 from coordinator.state_reader import check_operator, check_retained
 from coordinator.store import CheckpointStore

@@ -33,7 +33,8 @@ from pyspark.sql import functions as F
 from coordinator import rescale, segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
-from coordinator.jobs import JobDefinition, get_job
+from absreplay.job_discovery import get_job
+from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore

@@ -24,7 +24,8 @@ from absreplay.sample_data import land_batch
 from coordinator import source, state_files
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
-from coordinator.jobs import JobDefinition, wordcount
+from absreplay_examples.definitions import wordcount
+from coordinator.jobs import JobDefinition
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 from coordinator.state_handle import StateHandle
@@ -223,5 +224,5 @@ def stage_counts(ws: Workspace, checkpoint_id: int, counts: dict[str, int], base
                    part / "part-0.parquet")
     manifest = manifests.seal(op_uri, f"{state_files.spark_uri(ws.settings.state_uri)}/{ws.job.name}")
     with ws.store.sessions.begin() as s:
-        sinks.stage(s, ws.job.name, ws.job.sink_operator, checkpoint_id, op_uri, base, len(words), manifest)
+        sinks.stage(s, ws.job.name, ws.job.sinks[0].name, checkpoint_id, op_uri, base, len(words), manifest)
     return part / "part-0.parquet"

@@ -34,10 +34,11 @@ def judge(ws) -> tuple[str, tuple[int, int]] | None:
     segments = [p for p in source.input_dir(ws.settings.data_dir, ws.job.name).rglob("*") if p.is_file()]
     if not segments or any(source.is_id_segment(p.name) for p in segments):
         return None
-    sink = ws.job.sink_table
+    [sink_spec] = ws.job.sinks
+    sink = sink_spec.declaration.table
     with ws.store.sessions() as s:
         marks = dict(s.execute(select(SinkWatermark.partition, SinkWatermark.offset).where(
-            SinkWatermark.job == ws.job.name, SinkWatermark.sink == ws.job.sink_operator)).all())
+            SinkWatermark.job == ws.job.name, SinkWatermark.sink == sink_spec.name)).all())
         at = s.scalar(select(func.max(SinkWatermark.checkpoint_id)).where(SinkWatermark.job == ws.job.name))
         circulating = s.scalar(select(func.coalesce(func.sum(BackEdgeLog.records), 0)).where(
             BackEdgeLog.job == ws.job.name, BackEdgeLog.checkpoint_id == at)) if at else 0

@@ -17,7 +17,7 @@ import pytest
 
 from absreplay import orchestration
 from coordinator import recovery
-from coordinator.jobs import REGISTRY
+from absreplay.job_discovery import discover
 from coordinator.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
@@ -48,7 +48,7 @@ def airflow(tmp_path: Path, catalog: Workspace, pg_url: str) -> Iterator[Airflow
 def test_airflow_lists_the_dags_and_recovers_from_the_form(airflow: Airflow, catalog: Workspace) -> None:
     dags = airflow.get("/dags?dag_id_pattern=abs_")["dags"]
     assert {d["dag_id"] for d in dags} == {"abs_maintenance"} | {
-        f"abs_{job}_{kind}" for job in REGISTRY for kind in ("barriers", "epochs", "recover")}
+        f"abs_{job}_{kind}" for job in discover().jobs for kind in ("barriers", "epochs", "recover")}
     assert all("absreplay" in {t["name"] for t in d["tags"]} for d in dags)
     assert airflow.get("/importErrors")["total_entries"] == 0
     status, _ = airflow.call("PATCH", f"/dags/{DAG}", {"is_paused": False})

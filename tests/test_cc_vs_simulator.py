@@ -42,7 +42,7 @@ from absreplay.recount import complete_segments
 from absreplay.sample_data import land_segment
 from absreplay.union_find import components
 from coordinator import source
-from coordinator.jobs import connected_components
+from absreplay_examples.definitions import connected_components
 from coordinator.simulator import LABEL_PROPAGATION, WORD_COUNT, SnapshotMode, prefix_inputs, restore, simulate
 from tests.helpers import make_workspace
 

@@ -28,7 +28,7 @@ from absreplay.sample_data import land_segment
 from absreplay.union_find import labels_at
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import ProcessCrash
-from coordinator.jobs import connected_components
+from absreplay_examples.definitions import connected_components
 from tests.helpers import cli, cli_ok, make_workspace, rewrite_unseen, start
 
 pytestmark = pytest.mark.spark

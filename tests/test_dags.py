@@ -20,9 +20,9 @@ from airflow.sdk.exceptions import ParamValidationError  # noqa: E402
 
 from absreplay import orchestration  # noqa: E402
 from absreplay.submit import PROCESS_APP  # noqa: E402
-from coordinator.jobs import REGISTRY  # noqa: E402
+from absreplay.job_discovery import discover  # noqa: E402
 
-EXPECTED = {f"abs_{job}_{kind}" for job in REGISTRY for kind in ("barriers", "epochs", "recover")} | {"abs_maintenance"}
+EXPECTED = {f"abs_{job}_{kind}" for job in discover().jobs for kind in ("barriers", "epochs", "recover")} | {"abs_maintenance"}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_every_dag_has_tags_retries_and_docs(bag: DagBag) -> None:
 
 
 def test_barriers_run_on_the_job_interval_and_emit_the_asset_epochs_waits_for(bag: DagBag) -> None:
-    for name, job in REGISTRY.items():
+    for name, job in discover().jobs.items():
         barriers = bag.dags[f"abs_{name}_barriers"]
         epochs = bag.dags[f"abs_{name}_epochs"]
         asset = Asset(name=orchestration.barrier_asset_name(name), uri=orchestration.barrier_asset_uri(name),

@@ -96,16 +96,17 @@ def test_pyfiles_zip_holds_the_code_and_serves_it_without_the_installed_project(
     assert "coordinator/__init__.py" in names
     assert "coordinator/catalog/db.py" in names
     assert "spark_jobs/process.py" in names
-    assert "spark_jobs/operators/wordcount.py" in names
+    assert "spark_jobs/job_runtime.py" in names
+    assert "absreplay_examples/wordcount.py" in names  # a job package found through its entry point
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
     mtime = first.stat().st_mtime_ns
     assert build_pyfiles_zip(tmp_path) == first and first.stat().st_mtime_ns == mtime  # cached
     # -S: no site-packages, so no editable install; the modules can only come from the zip
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import coordinator.jobs as j; "
-            "print(j.__file__, sorted(j.REGISTRY))")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import coordinator.errors as j; "
+            "print(j.__file__, j.UnknownJobError.__name__)")
     proc = subprocess.run([sys.executable, "-S", "-c", code, str(first)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(str(first)) and "wordcount" in proc.stdout
+    assert proc.stdout.startswith(str(first)) and "UnknownJobError" in proc.stdout
 
 
 def test_pyfiles_zip_is_rebuilt_when_a_source_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

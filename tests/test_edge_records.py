@@ -10,8 +10,9 @@ from sqlalchemy import select
 from absreplay.sample_edges import edge_lines, land_edges
 from absreplay.union_find import components, labels_at, read_edges
 from coordinator.catalog.models import DeadLetter
-from coordinator.jobs import connected_components
-from coordinator.record_formats import RecordFormat, edge_problem, parse_edge
+from absreplay_examples.definitions import connected_components
+from absreplay_examples.connected_components import edge_problem, parse_edge
+from coordinator.record_formats import TextLines
 from coordinator.source import scan_segment
 from tests.helpers import make_workspace
 
@@ -42,7 +43,7 @@ def test_what_an_edge_line_is(line: bytes, edge: tuple[int, int] | None) -> None
 def test_scan_marks_lines_that_are_not_edges_as_bad_records(tmp_path) -> None:
     seg = tmp_path / "seg-1.txt"
     seg.write_bytes(b"1 2\nnot an edge\n3 4\n\xff\xfe 5\n99999999999999999999 1\n")
-    scanned = scan_segment("p0", seg, RecordFormat.EDGES)
+    scanned = scan_segment("p0", seg, TextLines(check=edge_problem))
     assert scanned.records == 5
     assert [(b.offset_in_segment, b.reason.split(":")[0]) for b in scanned.bad_records] == [
         (1, "not an edge"), (3, "not valid UTF-8 at byte 0 of the line"), (4, "not an edge"),

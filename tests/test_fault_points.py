@@ -25,7 +25,7 @@ from dataclasses import replace
 import pytest
 
 from coordinator.faults import POINTS, ProcessCrash
-from coordinator.jobs import wordcount
+from absreplay_examples.definitions import wordcount
 from coordinator.policy import CheckpointPolicy
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from tests.helpers import cli, cli_ok, kill_when, lost_and_duplicated, make_workspace, start

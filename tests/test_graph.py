@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
-from coordinator.jobs import wordcount
+from absreplay_examples.definitions import wordcount
 
 
 def test_wordcount_expands_to_tasks_and_channels() -> None:

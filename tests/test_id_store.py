@@ -17,7 +17,7 @@ from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import IdFilter, RecordId
 from coordinator.errors import AbsError
 from coordinator.id_store import Arrival, BloomFilter, IdStore, IdStorePolicy, Verdict
-from coordinator.jobs import wordcount
+from absreplay_examples.definitions import wordcount
 from coordinator.store import CheckpointStore
 from tests.helpers import make_workspace
 

@@ -6,7 +6,7 @@ import pytest
 
 from coordinator.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.iterate import LoopStep, check_loop, iterate
-from coordinator.jobs import connected_components, wordcount
+from absreplay_examples.definitions import connected_components, wordcount
 
 K = OperatorKind
 
@@ -63,7 +63,7 @@ def test_connected_components_declares_its_loop_with_iterate() -> None:
     eg = job.execution_graph
     assert eg.back_edges == {Edge("feedback", "labels", Partitioning.FORWARD)}
     assert eg.order == ("source", "parse", "labels", "propagate", "feedback", "sink")
-    assert (job.loop_tail, job.state_operator, job.loop_rounds, job.sink_table) == ("feedback", "labels", 2, "cc_labels")
+    assert (job.loop_tail, job.state_operator, job.loop_rounds, job.sinks[0].declaration.table) == ("feedback", "labels", 2, "cc_labels")
     assert len(eg.tasks) == 18
     assert wordcount().loop_tail is None
     with pytest.raises(ValueError, match="loop_rounds must be >= 1"):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from absreplay.recount import id_record
-from coordinator.record_formats import RecordFormat
+from absreplay_examples.connected_components import edge_problem
+from coordinator.record_formats import TextLines
 from coordinator.source import BadIdRecordError, parse_id_record, scan_segment
 
 VALID = [
@@ -88,7 +89,7 @@ def test_text_segments_are_unchanged(tmp_path) -> None:
 def test_the_line_of_an_id_record_must_fit_the_jobs_record_format(tmp_path) -> None:
     seg = tmp_path / "seg-000001.jsonl"
     seg.write_bytes(b'{"id": "e1", "ts": 1, "line": "1 2"}\n{"id": "e2", "ts": 1, "line": "one two"}\n')
-    scanned = scan_segment("p0", seg, RecordFormat.EDGES)
+    scanned = scan_segment("p0", seg, TextLines(check=edge_problem))
     assert [r.record_id for r in scanned.id_records] == ["e1"]
     assert [b.offset_in_segment for b in scanned.bad_records] == [1]
     assert scanned.bad_records[0].reason.startswith("'line' is not an edge")

@@ -21,7 +21,10 @@ from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import SinkTransaction, TaskAck, utcnow
 from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from absreplay_examples.definitions import wordcount
 from coordinator.jobs import JobDefinition
+
+WORDCOUNT = wordcount()
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
 from coordinator.policy import CheckpointPolicy
 from coordinator.store import CheckpointStore
@@ -52,7 +55,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.store = Lifecycle.store_
         self.job = JobDefinition(
             name=f"j{next(_names)}", description="", graph=GRAPH, state_operator="count",
-            sink_operator="sink", sink_table="wordcount_counts", policy=CheckpointPolicy(retained=2),
+            key="word", state_columns=WORDCOUNT.state_columns, sinks=WORDCOUNT.sinks, policy=CheckpointPolicy(retained=2),
         )
         self.store.register_job(self.job)
         self.status: dict[int, CheckpointStatus] = {}
@@ -136,7 +139,7 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def finalize(self) -> None:
         with self.store.sessions.begin() as s:
-            committed, aborted = sinks.settle(s, self.job.name, self.job.sink_table)
+            committed, aborted = sinks.settle(s, self.job)
         assert all(self.status[c] is CheckpointStatus.COMPLETED for c in committed)
         assert all(self.status[c] is CheckpointStatus.FAILED for c in aborted)
         for cid in self.store.subsume_beyond_retention(self.job.name):

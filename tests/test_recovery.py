@@ -72,15 +72,15 @@ def test_rewind_replaces_later_sink_output_instead_of_adding_to_it(tmp_path, pg_
     cycles(ws, spark, 4)
     assert ws.committed() == ws.expected_at(4)
     # "a bug fix in an operator": from now on the operator drops the word w1
-    from spark_jobs.operators.wordcount import WordcountOperators
+    from spark_jobs.job_runtime import DeclaredOperators
 
-    original = WordcountOperators.tokenize
+    original = DeclaredOperators.stream
 
     def fixed(self, records):
         words = original(self, records)
         return words.where(words.word != "w1")
 
-    monkeypatch.setattr(WordcountOperators, "tokenize", fixed)
+    monkeypatch.setattr(DeclaredOperators, "stream", fixed)
     at_2 = ws.expected_at(2)
     recover(ws, spark, kind=RecoveryKind.REWIND, checkpoint=2)
     st = statuses(ws)

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from coordinator import back_edge_logs, recovery
 from coordinator.sinks import transactions as sinks
-from coordinator.jobs import connected_components
+from absreplay_examples.definitions import connected_components
 from coordinator.recovery import RecoveryKind, RecoveryMode
 from tests.helpers import make_workspace, stage_counts
 
@@ -20,7 +20,7 @@ def txn_status(ws) -> dict[int, str]:
 
 def reset(ws, restored: int, kind: RecoveryKind, state_rows: pa.Table | None = None) -> recovery.ResetOutcome:
     rid = recovery.start(ws.store, ws.job.name, kind, RecoveryMode.FULL, restored)
-    return recovery.reset_after(ws.store, ws.job.name, ws.job.sink_table, ws.job.sink_operator, restored, rid,
+    return recovery.reset_after(ws.store, ws.job, restored, rid,
                                 kind, state_rows)
 
 
@@ -61,7 +61,7 @@ def test_a_replay_of_a_replay_is_deduplicated_in_a_job_with_a_loop(tmp_path, cat
 
     def finish(cid: int) -> None:
         with ws.store.sessions.begin() as s:
-            sinks.stage(s, ws.job.name, ws.job.sink_operator, cid, "/nonexistent/staged", cid - 1 or None, 0)
+            sinks.stage(s, ws.job.name, ws.job.sinks[0].name, cid, "/nonexistent/staged", cid - 1 or None, 0)
             back_edge_logs.record(s, ws.job.name, cid, [loop])
         ws.complete(cid)
 

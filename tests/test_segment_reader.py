@@ -15,8 +15,9 @@ from sqlalchemy import select
 from absreplay.recount import tokenize
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import ConfigError
-from coordinator.jobs import connected_components
-from coordinator.record_formats import RecordFormat
+from absreplay_examples.definitions import connected_components
+from absreplay_examples.connected_components import edge_problem
+from coordinator.record_formats import TextLines
 from coordinator.segment_reader import (
     MAX_LINE_BYTES,
     PAYLOAD_PREVIEW,
@@ -71,7 +72,7 @@ def test_a_long_line_is_one_bad_record_with_its_length_and_a_preview(tmp_path) -
 def test_a_long_line_is_a_dead_letter_for_every_record_format(tmp_path, name) -> None:
     seg = tmp_path / name
     seg.write_bytes(b'{"id": "a", "ts": 1, "line": "1 2"}\n' + b"7 " * 100 + b"\n")
-    for fmt in RecordFormat:
+    for fmt in (TextLines(), TextLines(check=edge_problem)):
         scanned = scan_segment("p0", seg, fmt, max_line=150)
         assert [(b.offset_in_segment, b.reason.split(" is ")[0]) for b in scanned.bad_records][-1] == (
             1, "line of 200 bytes")

@@ -14,7 +14,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from coordinator.sinks import transactions as sinks
+from coordinator.sinks.sql_table import SqlTableTarget
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator
 from coordinator.errors import FencedError
@@ -42,15 +42,15 @@ def test_a_slow_finalize_never_writes_older_output_over_a_newer_commit(tmp_path,
     ws.complete(1)
 
     inside = threading.Event()
-    real_upsert = sinks.upsert
+    real_upsert = SqlTableTarget.upsert
 
-    def stalling_upsert(s, sink, checkpoint_id, rows):
+    def stalling_upsert(self, conn, checkpoint_id, rows):
         if threading.current_thread().name == SLOW:
             inside.set()
             time.sleep(1.5)
-        return real_upsert(s, sink, checkpoint_id, rows)
+        return real_upsert(self, conn, checkpoint_id, rows)
 
-    monkeypatch.setattr(sinks, "upsert", stalling_upsert)
+    monkeypatch.setattr(SqlTableTarget, "upsert", stalling_upsert)
     errors: list[BaseException] = []
 
     def slow_finalize() -> None:

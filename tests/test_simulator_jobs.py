@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from absreplay.recount import tokenize
 from absreplay.union_find import components
-from coordinator.jobs import connected_components, wordcount
+from absreplay_examples.definitions import connected_components, wordcount
 from coordinator.simulator import (
     LABEL_PROPAGATION,
     WORD_COUNT,

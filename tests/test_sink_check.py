@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from absreplay.recount import recount
-from coordinator.jobs import connected_components
+from absreplay_examples.definitions import connected_components
 from tests import sink_check
 from tests.helpers import make_workspace
 

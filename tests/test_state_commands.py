@@ -12,7 +12,7 @@ from sqlalchemy import text
 from absreplay.sample_data import land_segment
 from absreplay.union_find import labels_at
 from coordinator import back_edge_logs
-from coordinator.jobs import connected_components
+from absreplay_examples.definitions import connected_components
 from tests.helpers import cli, cli_ok, make_workspace
 
 pytestmark = pytest.mark.spark

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import utcnow
-from coordinator.jobs import wordcount
+from absreplay_examples.definitions import wordcount
 from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
 from coordinator.policy import TriggerDecision
 from coordinator.store import CheckpointStore
@@ -121,11 +121,11 @@ def test_sink_commits_in_order_and_never_for_failed(store: CheckpointStore) -> N
     ack_all(store, ids[0])
     store.fail(JOB.name, ids[1], FailureReason.TASK_DECLINED)
     with store.sessions.begin() as s:
-        committed, aborted = sinks.settle(s, JOB.name, JOB.sink_table)
+        committed, aborted = sinks.settle(s, JOB)
     assert (committed, aborted) == ([ids[0]], [ids[1]])
     ack_all(store, ids[2])
     with store.sessions.begin() as s:
-        assert sinks.settle(s, JOB.name, JOB.sink_table) == ([ids[2]], [])
+        assert sinks.settle(s, JOB) == ([ids[2]], [])
     with store.engine.connect() as c:
         status = dict(c.execute(text("SELECT checkpoint_id, status FROM sink_transactions")).all())
     assert status == {1: SinkTxnStatus.COMMITTED, 2: SinkTxnStatus.ABORTED, 3: SinkTxnStatus.COMMITTED}
@@ -143,7 +143,7 @@ def test_a_replay_at_or_below_the_high_water_marks_is_deduplicated(store: Checkp
     ack_all(store, first)
     ack_all(store, replay)
     with store.sessions.begin() as s:
-        assert sinks.settle(s, JOB.name, JOB.sink_table) == ([first, replay], [])
+        assert sinks.settle(s, JOB) == ([first, replay], [])
     with store.engine.connect() as c:
         status = dict(c.execute(text("SELECT checkpoint_id, status FROM sink_transactions")).all())
     assert status == {first: SinkTxnStatus.COMMITTED, replay: SinkTxnStatus.DEDUPLICATED}

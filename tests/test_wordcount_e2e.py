@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from coordinator.catalog.db import upgrade
 from coordinator.errors import StateIntegrityError
-from coordinator.jobs import wordcount
+from absreplay_examples.definitions import wordcount
 from coordinator.lifecycle import CheckpointStatus, FailureReason
 from coordinator.policy import CheckpointPolicy
 from tests.helpers import make_workspace

@@ -209,16 +209,6 @@ class DeadLetter(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class WordcountCount(Base):
-    """The wordcount sink: counts as of the latest committed checkpoint."""
-
-    __tablename__ = "wordcount_counts"
-
-    word: Mapped[str] = mapped_column(Text, primary_key=True)
-    count: Mapped[int] = mapped_column(BigInteger)
-    checkpoint_id: Mapped[int] = mapped_column(BigInteger)
-
-
 class Recovery(Base):
     """One `recover` or `rewind`: from which checkpoint, how, and how it ended."""
 
@@ -313,13 +303,3 @@ class BackEdgeLog(Base):
     bytes: Mapped[int] = mapped_column(BigInteger, default=0)
     checksum: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class CcLabel(Base):
-    """The connected_components sink: each vertex's component (the smallest vertex id in it)."""
-
-    __tablename__ = "cc_labels"
-
-    vertex: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    component: Mapped[int] = mapped_column(BigInteger)
-    checkpoint_id: Mapped[int] = mapped_column(BigInteger)

@@ -27,16 +27,13 @@ rewrites equal values for its old keys.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -44,24 +41,10 @@ from coordinator import back_edge_logs, manifests, state_files
 from coordinator.catalog.models import Checkpoint, SinkTransaction, SinkWatermark, SourceCut, utcnow
 from coordinator.errors import SinkCommitError
 from coordinator.faults import fault_point
+from coordinator.jobs import JobDefinition, SinkSpec
 from coordinator.lifecycle import CheckpointStatus, SinkTxnStatus
-
-
-@dataclass(frozen=True)
-class SinkTable:
-    table: str
-    key: str
-    values: tuple[str, ...]
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return (self.key, *self.values)
-
-
-SINK_TABLES: dict[str, SinkTable] = {
-    "wordcount_counts": SinkTable("wordcount_counts", "word", ("count",)),
-    "cc_labels": SinkTable("cc_labels", "vertex", ("component",)),
-}
+from coordinator.sinks.base import SinkTarget
+from coordinator.sinks.sql_table import SqlTableTarget
 
 
 def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Table:
@@ -89,42 +72,6 @@ def staged_rows(txn: SinkTransaction, columns: tuple[str, ...], way_on: Callable
     if txn.base_checkpoint_id is not None:
         rows = rows.filter(pc.greater(rows.column("updated"), txn.base_checkpoint_id))
     return rows.select(list(columns))
-
-
-def upsert(s: Session, sink: SinkTable, checkpoint_id: int, rows: pa.Table) -> None:
-    """Insert or replace rows (key, values...) of the sink table, stamped with the checkpoint
-    (or with each row's own ``checkpoint_id`` column when ``rows`` has one)."""
-    if rows.num_rows == 0:
-        return
-    cols = (*sink.columns, "checkpoint_id")
-    if "checkpoint_id" in rows.column_names:
-        data = [rows.column(c).to_pylist() for c in cols]
-    else:
-        data = [rows.column(c).to_pylist() for c in sink.columns] + [[checkpoint_id] * rows.num_rows]
-    conn = s.connection()
-    raw = conn.connection.dbapi_connection
-    updates = ", ".join(f"{c} = excluded.{c}" for c in (*sink.values, "checkpoint_id"))
-    conflict = f"ON CONFLICT ({sink.key}) DO UPDATE SET {updates}"
-    if conn.dialect.name == "postgresql":
-        # COPY into a temporary table, then one set-based upsert: far faster than row inserts
-        buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerows(zip(*data))
-        buf.seek(0)
-        with raw.cursor() as cur:
-            cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS _abs_upsert (LIKE {sink.table}) ON COMMIT DROP")
-            cur.copy_expert(f"COPY _abs_upsert ({', '.join(cols)}) FROM STDIN WITH (FORMAT csv)", buf)
-            cur.execute(
-                f"INSERT INTO {sink.table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _abs_upsert {conflict}"
-            )
-            cur.execute("DROP TABLE _abs_upsert")
-    else:
-        marks = ", ".join("?" for _ in cols)
-        cur = raw.cursor()
-        cur.executemany(
-            f"INSERT INTO {sink.table} ({', '.join(cols)}) VALUES ({marks}) {conflict}",
-            zip(*data),
-        )
-        cur.close()
 
 
 def stage(s: Session, job: str, sink_name: str, checkpoint_id: int, uri: str, base: int | None, rows: int,
@@ -164,46 +111,51 @@ def covered(cut: dict[str, int], marks: dict[str, int]) -> bool:
     return bool(marks) and all(offset <= marks.get(p, 0) for p, offset in cut.items())
 
 
-def commit(s: Session, table: str, txn: SinkTransaction, way_on: Callable[[], str] = str) -> None:
-    sink = SINK_TABLES[table]
+def target_of(s: Session, sink: SinkSpec) -> SinkTarget:
+    return sink.target(s.get_bind().url.render_as_string(hide_password=False))
+
+
+def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Table) -> bool:
+    """Apply one checkpoint's rows to the sink's target; False: the target had them already."""
+    target = target_of(s, sink)
+    if isinstance(target, SqlTableTarget) and target.in_catalog:
+        # rows, commit record, status and marks: one transaction of the catalog
+        return target.commit_in(s, job, sink.name, checkpoint_id, rows)
+    # the target's own commit record makes this idempotent if the catalog's change after it is lost
+    return target.commit(job, sink.name, checkpoint_id, rows)
+
+
+def commit(s: Session, sink: SinkSpec, txn: SinkTransaction, way_on: Callable[[], str] = str) -> None:
     # a job with a loop also reads its back-edge log: an epoch with no new source record is not a replay
     cut = cut_of(s, txn.job, txn.checkpoint_id) | back_edge_logs.loop_position(s, txn.job, txn.checkpoint_id)
     marks = watermarks(s, txn.job, txn.sink)
     if covered(cut, marks):
         txn.status, txn.rows, txn.finished_at = SinkTxnStatus.DEDUPLICATED, 0, utcnow()
         return
-    rows = staged_rows(txn, sink.columns, way_on)
-    upsert(s, sink, txn.checkpoint_id, rows)
+    rows = staged_rows(txn, sink.column_names, way_on)
+    write(s, sink, txn.job, txn.checkpoint_id, rows)
     fault_point("sink.mid_commit", txn.checkpoint_id)
     set_watermarks(s, txn.job, txn.sink, {p: max(o, marks.get(p, 0)) for p, o in cut.items()}, txn.checkpoint_id)
     txn.status, txn.rows, txn.finished_at = SinkTxnStatus.COMMITTED, rows.num_rows, utcnow()
 
 
-def revert_after(s: Session, job: str, sink_name: str, sink: SinkTable, checkpoint_id: int,
-                 cut: dict[str, int], state_rows: pa.Table | None) -> int:
+def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: dict[str, int],
+                 state_rows: pa.Table | None) -> int:
     """Put the sink back to exactly checkpoint ``checkpoint_id`` (for a rewind): its view of that
-    checkpoint's state (``state_rows``: sink columns and ``updated``). Keys the state does not hold
-    are deleted and rows whose values differ are rewritten, whatever checkpoint stamped them (after
-    an earlier recovery, rows of superseded checkpoints carry lower ids than the rewind target).
-    The high-water marks go back to the checkpoint's cut. Returns the rows touched."""
-    target: dict[object, tuple] = {}
-    if state_rows is not None and state_rows.num_rows:
-        keys = state_rows.column(sink.key).to_pylist()
-        values = zip(*(state_rows.column(c).to_pylist() for c in sink.values), strict=True)
-        target = dict(zip(keys, values, strict=True))
-    current = {row[0]: tuple(row[1:]) for row in s.execute(
-        text(f"SELECT {', '.join(sink.columns)} FROM {sink.table}")
-    ).all()}
-    gone = [{"k": k} for k in current if k not in target]
-    if gone:
-        s.execute(text(f"DELETE FROM {sink.table} WHERE {sink.key} = :k"), gone)
-    back = [k for k, v in target.items() if current.get(k) != v]
-    if back:
-        rows = state_rows.filter(pc.is_in(state_rows.column(sink.key), value_set=pa.array(back)))
-        upsert(s, sink, checkpoint_id,
-               rows.select(list(sink.columns)).append_column("checkpoint_id", rows.column("updated")))
-    set_watermarks(s, job, sink_name, cut, checkpoint_id)
-    return len(gone) + len(back)
+    checkpoint's state (``state_rows``: sink columns and ``updated``), whatever checkpoint stamped
+    the rows there now (after an earlier recovery, rows of superseded checkpoints carry lower ids
+    than the rewind target). The high-water marks go back to the checkpoint's cut. Returns the
+    rows touched."""
+    rows = state_rows if state_rows is not None else pa.table(
+        {c: pa.array([], type=t) for c, t in zip(sink.column_names, sink.arrow_schema.types, strict=True)}
+        | {"updated": pa.array([], type=pa.int64())})
+    target = target_of(s, sink)
+    if isinstance(target, SqlTableTarget) and target.in_catalog:
+        touched = target.revert_in(s, job, sink.name, checkpoint_id, rows)
+    else:
+        touched = target.revert(job, sink.name, checkpoint_id, rows)
+    set_watermarks(s, job, sink.name, cut, checkpoint_id)
+    return touched
 
 
 def abort(txn: SinkTransaction) -> None:
@@ -220,7 +172,7 @@ def way_past(s: Session, job: str, checkpoint_id: int) -> str:
     return f"replay its epoch from an earlier checkpoint with `absreplay recover {job} {where}`"
 
 
-def settle(s: Session, job: str, table: str, replayed_after: int | None = None) -> tuple[list[int], list[int]]:
+def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None = None) -> tuple[list[int], list[int]]:
     """Commit the staged transactions of completed checkpoints (in order) and abort the failed ones'.
 
     Returns (committed ids, aborted ids). A staged transaction of a still
@@ -228,6 +180,8 @@ def settle(s: Session, job: str, table: str, replayed_after: int | None = None) 
     ``replayed_after``: a recovery is about to replay every epoch after this checkpoint, so a
     transaction after it whose files fail verification is aborted (its epoch is redone), not raised.
     """
+    job = job_definition.name
+    specs = {sink.name: sink for sink in job_definition.sinks}
     rows = s.execute(
         select(SinkTransaction, Checkpoint.status)
         .join(
@@ -248,7 +202,7 @@ def settle(s: Session, job: str, table: str, replayed_after: int | None = None) 
         elif not blocked:
             try:
                 # verification comes before any write: a failed one leaves the transaction untouched
-                commit(s, table, txn, lambda cid=txn.checkpoint_id: way_past(s, job, cid))
+                commit(s, specs[txn.sink], txn, lambda cid=txn.checkpoint_id: way_past(s, job, cid))
             except manifests.StagedOutputError:
                 if replayed_after is None or txn.checkpoint_id <= replayed_after:
                     raise
@@ -257,6 +211,6 @@ def settle(s: Session, job: str, table: str, replayed_after: int | None = None) 
                 continue
             except (SQLAlchemyError, pa.ArrowException, OSError) as exc:
                 # the database, the staged files: one line that names the checkpoint and the way on
-                raise SinkCommitError(job, txn.checkpoint_id, table, exc) from exc
+                raise SinkCommitError(job, txn.checkpoint_id, target_of(s, specs[txn.sink]).describe(), exc) from exc
             committed.append(txn.checkpoint_id)
     return committed, aborted

@@ -1,4 +1,5 @@
-"""The contract between a job's Spark operators and the epoch runner."""
+"""The contract between a job's Spark operators and the epoch runner (``spark_jobs.job_runtime``
+makes them from a declared job)."""
 
 from __future__ import annotations
 

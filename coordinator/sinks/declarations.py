@@ -1,0 +1,60 @@
+"""What a job declares a sink to be: the kind of target and where it is.
+
+A declaration holds no connection and no schema; ``target(schema, key, catalog_url)`` makes the
+``SinkTarget`` for the columns the job sends it (``coordinator.sinks.base``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from coordinator.sinks.base import SinkTarget
+
+
+@dataclass(frozen=True)
+class SqlTable:
+    """A table in the catalog database (``url`` None) or in any SQLAlchemy database the job names,
+    created by the sink from the declared columns (plus ``checkpoint_id``, the checkpoint that last
+    wrote the row) when missing. In the catalog database the rows, the transaction's status and
+    the high-water marks change in one transaction; in another database a commit record
+    (``absreplay_sink_commits``) changes with the rows, in one transaction there."""
+
+    table: str
+    url: str | None = None
+
+    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+        from coordinator.sinks.sql_table import SqlTableTarget
+
+        return SqlTableTarget(self.table, schema, key, self.url, catalog_url)
+
+
+@dataclass(frozen=True)
+class ParquetDirectory:
+    """A directory of Parquet files, one subdirectory per committed checkpoint, renamed into place
+    whole: readers see whole checkpoints only."""
+
+    path: str
+
+    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+        from coordinator.sinks.parquet_dir import ParquetDirectory as Target
+
+        return Target(self.path, schema, key)
+
+
+@dataclass(frozen=True)
+class DeltaTable:
+    """A Delta Lake table (the ``deltalake`` package): each checkpoint is one Delta commit carrying
+    the checkpoint id as its application transaction version, so Delta itself skips a replayed one."""
+
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+        from coordinator.sinks.delta_table import DeltaTable as Target
+
+        return Target(self.uri, schema, key, dict(self.storage_options) or None)
+
+
+SinkDeclaration = SqlTable | ParquetDirectory | DeltaTable

@@ -1,0 +1,194 @@
+"""A SQL table sink target: the table the sink creates from its declared columns, in any database.
+
+The table has the declared columns (the key is the primary key of a keyed
+sink) and ``checkpoint_id``, the checkpoint that last wrote the row. Its commit
+record is a row of ``absreplay_sink_commits`` (job, sink, checkpoint_id) in the
+same database, changed in the same transaction as the rows: a commit retried
+after a crash finds its record and writes nothing. In the catalog database the
+caller passes its own session (``commit_in``), so rows, commit record,
+transaction status and high-water marks change in one transaction.
+
+Upserts: PostgreSQL copies the rows into a temporary table and upserts them in
+one statement; SQLite runs one prepared INSERT ... ON CONFLICT for all rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from coordinator.errors import SinkSchemaError
+from coordinator.types import sql_type
+
+COMMITS = "absreplay_sink_commits"
+
+
+def _affinity(t: sa.types.TypeEngine) -> str:
+    py = t.python_type if not isinstance(t, sa.types.NullType) else object
+    return {int: "integer", float: "float", str: "text", bool: "boolean"}.get(py, str(t).lower())
+
+
+class SqlTableTarget:
+    def __init__(self, table: str, schema: pa.Schema, key: str | None, url: str | None, catalog_url: str) -> None:
+        self.table, self.schema, self.key = table, schema, key
+        self.url = url or catalog_url
+        self.in_catalog = url is None
+        self.columns = tuple(schema.names)
+        self.values = tuple(c for c in self.columns if c != key)
+        metadata = sa.MetaData()
+        self._table = sa.Table(
+            table, metadata,
+            *(sa.Column(f.name, self._sql(f), primary_key=f.name == key, nullable=f.name != key) for f in schema),
+            sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        )
+        self._commits = sa.Table(
+            COMMITS, metadata,
+            sa.Column("job", sa.String(64), primary_key=True),
+            sa.Column("sink", sa.String(64), primary_key=True),
+            sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+        )
+
+    def _sql(self, f: pa.Field):
+        name = {pa.string(): "string", pa.int64(): "long", pa.int32(): "int", pa.float64(): "double",
+                pa.bool_(): "boolean"}.get(f.type, "timestamp" if pa.types.is_timestamp(f.type) else str(f.type))
+        return sql_type(name, f"sink table {self.table}, column {f.name}")
+
+    def describe(self) -> str:
+        where = "the catalog database" if self.in_catalog else sa.engine.make_url(self.url).render_as_string()
+        return f"SQL table {self.table} in {where}"
+
+    @cached_property
+    def engine(self) -> sa.Engine:
+        from coordinator.catalog.db import make_engine
+
+        return make_engine(self.url)
+
+    # -- the protocol ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        with self.engine.begin() as conn:
+            self.prepare_in(conn)
+
+    def committed_through(self, job: str, sink: str) -> int | None:
+        with self.engine.connect() as conn:
+            return self.committed_in(conn, job, sink)
+
+    def commit(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> bool:
+        with self.engine.begin() as conn:
+            return self.commit_in(conn, job, sink, checkpoint_id, rows)
+
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+        with self.engine.begin() as conn:
+            return self.revert_in(conn, job, sink, checkpoint_id, rows)
+
+    def read(self) -> pa.Table:
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(self.table):
+                return self.schema.empty_table()
+            found = conn.execute(sa.select(*(self._table.c[c] for c in self.columns))).all()
+        return pa.Table.from_pylist([dict(zip(self.columns, r, strict=True)) for r in found], schema=self.schema)
+
+    # -- in a given transaction (the catalog's, for a table in the catalog database) ---------------
+    def prepare_in(self, conn: Connection | Session) -> None:
+        conn = conn.connection() if isinstance(conn, Session) else conn
+        inspector = sa.inspect(conn)
+        if inspector.has_table(self.table):
+            found = {c["name"]: c["type"] for c in inspector.get_columns(self.table)}
+            wanted = {c.name: c.type for c in self._table.columns}
+            if set(found) != set(wanted):
+                raise SinkSchemaError(
+                    f"sink table {self.table} exists with columns {', '.join(sorted(found))}; the job declares "
+                    f"{', '.join(sorted(wanted))}: rename the table or the sink's columns")
+            for name, t in wanted.items():
+                if _affinity(found[name]) != _affinity(t):
+                    raise SinkSchemaError(f"sink table {self.table}: column {name} is {found[name]}, "
+                                          f"the job declares {t}")
+        self._table.metadata.create_all(conn, checkfirst=True)
+
+    def committed_in(self, conn: Connection | Session, job: str, sink: str) -> int | None:
+        conn = conn.connection() if isinstance(conn, Session) else conn
+        if not sa.inspect(conn).has_table(COMMITS):
+            return None
+        c = self._commits.c
+        return conn.scalar(sa.select(c.checkpoint_id).where(c.job == job, c.sink == sink))
+
+    def commit_in(self, conn: Connection | Session, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> bool:
+        conn = conn.connection() if isinstance(conn, Session) else conn
+        self.prepare_in(conn)
+        done = self.committed_in(conn, job, sink)
+        if done is not None and done >= checkpoint_id:
+            return False
+        self.upsert(conn, checkpoint_id, rows)
+        self._record(conn, job, sink, checkpoint_id)
+        return True
+
+    def revert_in(self, conn: Connection | Session, job: str, sink: str, checkpoint_id: int,
+                  rows: pa.Table) -> int:
+        """Make the table hold exactly ``rows`` (key, values and ``updated``, the checkpoint that
+        last changed each): keys it lacks are deleted, rows whose values differ rewritten, whatever
+        checkpoint stamped them. The commit record goes back to ``checkpoint_id``."""
+        conn = conn.connection() if isinstance(conn, Session) else conn
+        self.prepare_in(conn)
+        target: dict[object, tuple] = {}
+        if rows.num_rows:
+            keys = rows.column(self.key).to_pylist()
+            values = zip(*(rows.column(c).to_pylist() for c in self.values), strict=True)
+            target = dict(zip(keys, values, strict=True))
+        t = self._table
+        current = {r[0]: tuple(r[1:]) for r in conn.execute(sa.select(*(t.c[c] for c in self.columns))).all()}
+        gone = [k for k in current if k not in target]
+        if gone:
+            conn.execute(sa.delete(t).where(t.c[self.key] == sa.bindparam("k")), [{"k": k} for k in gone])
+        back = [k for k, v in target.items() if current.get(k) != v]
+        if back:
+            changed = rows.filter(pc.is_in(rows.column(self.key), value_set=pa.array(back)))
+            self.upsert(conn, checkpoint_id,
+                        changed.select(list(self.columns)).append_column("checkpoint_id", changed.column("updated")))
+        self._record(conn, job, sink, checkpoint_id)
+        return len(gone) + len(back)
+
+    def _record(self, conn: Connection, job: str, sink: str, checkpoint_id: int) -> None:
+        c = self._commits.c
+        updated = conn.execute(sa.update(self._commits).where(c.job == job, c.sink == sink)
+                               .values(checkpoint_id=checkpoint_id)).rowcount
+        if not updated:
+            conn.execute(sa.insert(self._commits).values(job=job, sink=sink, checkpoint_id=checkpoint_id))
+
+    def upsert(self, conn: Connection, checkpoint_id: int, rows: pa.Table) -> None:
+        """Insert or replace rows (the declared columns), stamped with the checkpoint (or with each
+        row's own ``checkpoint_id`` column when ``rows`` has one)."""
+        if rows.num_rows == 0:
+            return
+        cols = (*self.columns, "checkpoint_id")
+        if "checkpoint_id" in rows.column_names:
+            data = [rows.column(c).to_pylist() for c in cols]
+        else:
+            data = [rows.column(c).to_pylist() for c in self.columns] + [[checkpoint_id] * rows.num_rows]
+        raw = conn.connection.dbapi_connection
+        quoted = ", ".join(f'"{c}"' for c in cols)
+        if self.key is None:
+            conflict = ""
+        else:
+            updates = ", ".join(f'"{c}" = excluded."{c}"' for c in (*self.values, "checkpoint_id"))
+            conflict = f'ON CONFLICT ("{self.key}") DO UPDATE SET {updates}'
+        if conn.dialect.name == "postgresql":
+            # COPY into a temporary table, then one set-based upsert: far faster than row inserts
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(zip(*data))
+            buf.seek(0)
+            with raw.cursor() as cur:
+                cur.execute(f'CREATE TEMP TABLE IF NOT EXISTS _abs_upsert (LIKE "{self.table}") ON COMMIT DROP')
+                cur.copy_expert(f"COPY _abs_upsert ({quoted}) FROM STDIN WITH (FORMAT csv)", buf)
+                cur.execute(f'INSERT INTO "{self.table}" ({quoted}) SELECT {quoted} FROM _abs_upsert {conflict}')
+                cur.execute("DROP TABLE _abs_upsert")
+        else:
+            marks = ", ".join("?" for _ in cols)
+            cur = raw.cursor()
+            cur.executemany(f'INSERT INTO "{self.table}" ({quoted}) VALUES ({marks}) {conflict}', zip(*data))
+            cur.close()
