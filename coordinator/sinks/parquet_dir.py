@@ -11,10 +11,11 @@ fsyncs it, and renames it into the live generation: readers see the whole checkp
 and the checkpoint directories themselves are the commit record (``committed_through`` is the newest
 one). A revert builds the whole new content as the next generation under a staging name (keyed:
 ``rows`` as one compacted checkpoint ``N``; append: hard links to the files of the checkpoints it
-keeps) and renames it into place. That rename is the one moment the content changes, so a commit or
-revert that dies at any step leaves the old content or the new one, never a mix, and running it again
-converges. Older generations and stale staging directories go after the rename or with the next write.
-A revert of an append sink to a checkpoint at or after the newest committed one changes nothing.
+keeps, and an empty checkpoint ``N`` if it has none) and renames it into place. That rename is the one
+moment the content changes, so a commit or revert that dies at any step leaves the old content or the
+new one, never a mix, and running it again converges. Older generations and stale staging directories
+go after the rename or with the next write. A revert of an append sink to a checkpoint at or after the
+newest committed one changes nothing.
 
 Reading it without ABS Replay: ``pyarrow.dataset.dataset(path, partitioning="hive")``, keep the rows of
 the highest ``generation``, and for a keyed sink the row of the highest ``checkpoint_id`` per key.
