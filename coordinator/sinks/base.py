@@ -15,6 +15,7 @@ checkpoint ids; the catalog's high-water marks keep those out
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -54,3 +55,17 @@ class SinkTarget(Protocol):
     def read(self) -> pa.Table:
         """What readers see now: one row per key for a keyed target, every row for an append one."""
         ...
+
+
+def schema_difference(declared: Mapping[str, str], found: Mapping[str, str]) -> str | None:
+    """What differs between the columns a sink declares and the ones its target has (name -> type,
+    in the target's own type names; column order does not matter), or None when they agree."""
+    parts = []
+    if missing := [c for c in declared if c not in found]:
+        parts.append(f"missing column(s) {', '.join(missing)}")
+    if extra := [c for c in found if c not in declared]:
+        parts.append(f"extra column(s) {', '.join(extra)}")
+    if changed := [f"{c} is {found[c]}, declared {declared[c]}" for c in declared
+                   if c in found and found[c] != declared[c]]:
+        parts.append("; ".join(changed))
+    return "; ".join(parts) or None
