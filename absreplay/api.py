@@ -14,7 +14,11 @@ entry-point group, or a ``*.py`` file in ``$ABS_JOBS_DIR``) holds ``Job``
 objects at module level. Operators are DataFrame-level functions (Spark SQL,
 Arrow/pandas UDFs), called once per epoch with the epoch's records, never per
 record. Nothing here imports Spark: a declaration is read by the command line
-and the DAGs without a JVM; ``spark_jobs.job_runtime`` runs it.
+and the DAGs without a JVM; ``spark_jobs.dataflow`` runs it.
+
+Streams are appends (records) or upserts (a keyed operator's changed rows, one
+per key). Every keyed operator keeps its own state, snapshotted and restored on
+its own; a sink takes one stream, two-phase, exactly once.
 
 Types are Python types (``str``, ``int`` (64-bit), ``float``, ``bool``,
 ``list[int]``) or Spark DDL names (``"string"``, ``"array<long>"``).
@@ -26,29 +30,43 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
-from coordinator.iterate import LoopStep, check_loop, iterate
-from coordinator.jobs import JobDefinition, SinkSpec
+from absreplay.job_graph import build_definition
+from coordinator.jobs import JobDefinition
 from coordinator.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.record_formats import LineCheck, TextLines
+from coordinator.record_formats import Csv, JsonLines, LineCheck, RecordFormat, TextLines
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.types import Schema, ddl
 
 __all__ = [
-    "Aggregate", "CheckpointPolicy", "DeltaTable", "IdStorePolicy", "Job", "KeyedStream", "LineCheck", "Loop",
-    "ParquetDirectory", "SqlTable", "Stream", "TextLines", "combine", "count", "max", "mean", "min", "sum",
+    "Aggregate", "CheckpointPolicy", "Csv", "DeltaTable", "IdStorePolicy", "Job", "JsonLines", "KeyedStream",
+    "LineCheck", "Loop", "ParquetDirectory", "Sliding", "SqlTable", "Stream", "TextLines", "Tumbling", "combine",
+    "count", "json_lines", "csv", "max", "mean", "min", "sum",
 ]
 
 Transform = Callable[[Any], Any]  # DataFrame -> DataFrame
+Types = dict[str, "type | str"]
+
+
+def _schema(fields: Types) -> Schema:
+    return tuple((c, ddl(t)) for c, t in fields.items())
+
+
+def json_lines(fields: Types, time: str | None = None) -> JsonLines:
+    """JSON objects, one a line, with these fields; ``time``: the event-time field (epoch ms)."""
+    return JsonLines(_schema(fields), time)
+
+
+def csv(fields: Types, time: str | None = None, delimiter: str = ",") -> Csv:
+    return Csv(_schema(fields), time, delimiter)
 
 
 # -- keyed aggregates -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Aggregate:
-    """A per-key aggregate: ``value(records)`` gives each record's contribution (a Column) and
+    """A per-key aggregate: each record contributes a value (a Column over the record) that
     ``merge`` (a Spark aggregate function, associative and commutative: sum, min, max, ...) folds
-    contributions and the stored value together, so the previous state and the epoch's records
-    are aggregated in one shuffle. ``column``: the input column, when the value reads one."""
+    with the stored value, so the previous state and the epoch's records are aggregated in one
+    shuffle. ``column``: the input column, when the contribution reads one."""
 
     kind: str
     type: str
@@ -74,17 +92,17 @@ def max(column: str, type: type | str = int) -> Aggregate:  # noqa: A001
 
 
 def mean(column: str) -> Aggregate:
-    """Kept as sum and count (two hidden state columns); the sink sees the mean, a double."""
+    """Kept as sum and count (two hidden state columns); the output is the mean, a double."""
     return Aggregate("mean", "double", column)
 
 
 def combine(value: Callable[[], Any], merge: Callable[[Any], Any], type: type | str) -> Aggregate:
-    """A user-defined combiner: ``value()`` returns a Column over the epoch's records, ``merge`` an
-    aggregate function of a Column (e.g. ``lambda c: F.bit_or(c)``)."""
+    """A user-defined combiner: ``value()`` returns a Column over a record, ``merge`` an aggregate
+    function of a Column (e.g. ``lambda c: F.bit_or(c)``)."""
     return Aggregate("combine", ddl(type), None, value, merge)
 
 
-# -- iterate ----------------------------------------------------------------------------------------
+# -- iterate and windows ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Loop:
     """An iterate loop (DESIGN.md section 3, "Cycles") whose head keeps keyed state.
@@ -98,125 +116,151 @@ class Loop:
 
     head: Callable[..., Any]
     body: Callable[[Any], Any]
-    back_edge: dict[str, type | str]
+    back_edge: Types
     back_edge_key: str
     rounds: int = 4
     body_name: str = "propagate"
     tail_name: str = "feedback"
 
 
-# -- streams ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Step:
-    """One operator of the declared pipeline, in order."""
+class Tumbling:
+    """Event-time windows of ``minutes`` (or ``ms``), one after the other."""
 
-    name: str
-    kind: str
-    fn: Transform | None = None
+    minutes: float = 0
+    ms: int = 0
+
+    @property
+    def size_ms(self) -> int:
+        return self.ms or int(self.minutes * 60_000)
+
+    @property
+    def slide_ms(self) -> int:
+        return self.size_ms
 
 
+@dataclass(frozen=True)
+class Sliding:
+    """Event-time windows of ``size_ms`` starting every ``slide_ms`` (a record is in several)."""
+
+    size_ms: int
+    slide_ms: int
+
+
+# -- the declaration --------------------------------------------------------------------------------
 @dataclass
-class Keyed:
-    """The job's keyed stateful operator: its key, state and what each epoch does to it."""
+class Node:
+    """One operator of the declared graph."""
 
     name: str
-    key: str
-    key_type: str
-    kind: str  # "aggregate" | "process" | "iterate"
+    kind: str  # source | map | filter | flat_map | aggregate | process | iterate | window | join | sink
+    inputs: tuple[str, ...] = ()
+    fn: Transform | None = None
+    key: Schema = ()
     aggregates: dict[str, Aggregate] = field(default_factory=dict)
     state: Schema = ()
-    process: Callable[..., Any] | None = None
     loop: Loop | None = None
+    format: RecordFormat | None = None
+    window: Tumbling | Sliding | None = None
+    time: str = ""
+    delay_ms: int = 0
+    lateness_ms: int = 0
+    target: SinkDeclaration | None = None
+    columns: Schema | None = None
 
     @property
-    def columns(self) -> Schema:
-        """The state's columns, the key first and ``updated`` last (mean keeps a hidden sum and count)."""
-        values: list[tuple[str, str]] = []
-        for name, agg in self.aggregates.items():
-            if agg.kind == "mean":
-                values += [(hidden(name, "sum"), "double"), (hidden(name, "count"), "long")]
-            values.append((name, agg.type))
-        return ((self.key, self.key_type), *values, *self.state, ("updated", "long"))
-
-    @property
-    def visible(self) -> Schema:
-        return tuple((c, t) for c, t in self.columns if "__" not in c and c != "updated")
-
-
-def hidden(name: str, part: str) -> str:
-    return f"{name}__{part}"
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in self.key)
 
 
 class Stream:
-    """The records after the operators declared so far (one DataFrame per epoch)."""
+    """The records an operator emits each epoch (one DataFrame per epoch)."""
 
-    def __init__(self, job: Job) -> None:
-        self._job = job
+    def __init__(self, job: Job, node: str) -> None:
+        self._job, self._node = job, node
 
-    def _add(self, name: str, kind: str, fn: Transform) -> Stream:
-        self._job._require_open(name)
-        self._job.steps.append(Step(name, kind, fn))
-        return self
+    def _then(self, node: Node) -> Stream:
+        self._job._add(node)
+        return Stream(self._job, node.name)
 
     def map(self, name: str, fn: Transform) -> Stream:
-        return self._add(name, "map", fn)
+        return self._then(Node(name, "map", (self._node,), fn))
 
     def filter(self, name: str, fn: Transform) -> Stream:
         """``fn(df)`` returns the records to keep (e.g. ``lambda df: df.where(...)``)."""
-        return self._add(name, "filter", fn)
+        return self._then(Node(name, "filter", (self._node,), fn))
 
     def flat_map(self, name: str, fn: Transform) -> Stream:
-        return self._add(name, "flat_map", fn)
+        return self._then(Node(name, "flat_map", (self._node,), fn))
 
-    def key_by(self, key: str, type: type | str) -> KeyedStream:
-        return KeyedStream(self._job, key, ddl(type))
+    def key_by(self, key: str | dict[str, type | str], type: type | str | None = None) -> KeyedStream:
+        """Partition by ``key`` (a column and its type, or several: ``{"country": str, "page": str}``)."""
+        fields = {key: type} if isinstance(key, str) else dict(key)
+        if any(t is None for t in fields.values()):
+            raise ValueError(f"key_by({key!r}): give the key's type, e.g. key_by('word', str)")
+        return KeyedStream(self._job, self._node, _schema(fields))
 
-
-class KeyedStream:
-    def __init__(self, job: Job, key: str, key_type: str) -> None:
-        self._job, self._key, self._type = job, key, key_type
-
-    def _keyed(self, keyed: Keyed) -> Output:
-        self._job._require_open(keyed.name)
-        if self._job.keyed is not None:
-            raise ValueError(f"job {self._job.name!r}: one keyed operator per job for now "
-                             f"({self._job.keyed.name!r} is declared already)")
-        self._job.keyed = keyed
-        return Output(self._job)
-
-    def aggregate(self, name: str, **aggregates: Aggregate) -> Output:
-        """Per key, the named aggregates over every record so far (the state: one row per key)."""
-        if not aggregates:
-            raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. count=abs.count()")
-        return self._keyed(Keyed(name, self._key, self._type, "aggregate", aggregates=dict(aggregates)))
-
-    def process(self, name: str, fn: Callable[..., Any], state: dict[str, type | str]) -> Output:
-        """Keyed process function, epoch-batched: ``fn(state, records)`` gets the state rows of the
-        keys the epoch's records touch and those records, and returns the new state rows (key and
-        ``state`` columns) of the keys whose state changed; other keys keep theirs."""
-        return self._keyed(Keyed(name, self._key, self._type, "process",
-                                 state=tuple((c, ddl(t)) for c, t in state.items()), process=fn))
-
-    def iterate(self, name: str, loop: Loop, state: dict[str, type | str]) -> Output:
-        return self._keyed(Keyed(name, self._key, self._type, "iterate",
-                                 state=tuple((c, ddl(t)) for c, t in state.items()), loop=loop))
-
-
-class Output:
-    """A keyed operator's result: each checkpoint's changed keys go to the sinks."""
-
-    def __init__(self, job: Job) -> None:
-        self._job = job
-
-    def sink(self, name: str, target: SinkDeclaration, columns: tuple[str, ...] | None = None) -> Output:
-        """Send each checkpoint's changed rows (key first; ``columns``: which of the state's, by
-        default all but hidden ones) to ``target``, two-phase: committed when the checkpoint is."""
-        self._job._require_open(name)
-        self._job.sinks.append((name, target, columns))
+    def sink(self, name: str, target: SinkDeclaration, columns: tuple[str, ...] | Types | None = None) -> Stream:
+        """Send the stream to ``target``, two-phase: each checkpoint's records are committed when the
+        checkpoint is. A keyed operator's output upserts by its key; other streams append.
+        ``columns``: which columns (default: all of a keyed operator's output; a stream of records
+        must name its columns with their types)."""
+        if isinstance(columns, dict):
+            columns = _schema(columns)
+        elif columns is not None:
+            columns = tuple((c, "") for c in columns)
+        self._job._add(Node(name, "sink", (self._node,), target=target, columns=columns))
         return self
 
 
-# -- the job ----------------------------------------------------------------------------------------
+class KeyedStream:
+    def __init__(self, job: Job, node: str, key: Schema) -> None:
+        self._job, self._node, self._key = job, node, key
+
+    def _keyed(self, node: Node) -> Stream:
+        node.inputs, node.key = (self._node, *node.inputs), self._key
+        self._job._add(node)
+        return Stream(self._job, node.name)
+
+    def aggregate(self, name: str, **aggregates: Aggregate) -> Stream:
+        """Per key, the named aggregates over every record so far; emits the changed keys' rows."""
+        if not aggregates:
+            raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. count=abs.count()")
+        return self._keyed(Node(name, "aggregate", aggregates=dict(aggregates)))
+
+    def process(self, name: str, fn: Callable[..., Any], state: Types) -> Stream:
+        """Keyed process function, epoch-batched: ``fn(state, records)`` gets the state rows of the
+        keys the epoch's records touch and those records, and returns the new state rows (key and
+        ``state`` columns) of the keys whose state changed; other keys keep theirs. Emits them."""
+        return self._keyed(Node(name, "process", fn=fn, state=_schema(state)))
+
+    def iterate(self, name: str, loop: Loop, state: Types) -> Stream:
+        return self._keyed(Node(name, "iterate", loop=loop, state=_schema(state)))
+
+    def window(self, name: str, window: Tumbling | Sliding, time: str, delay_ms: int = 0,
+               allowed_lateness_ms: int = 0, **aggregates: Aggregate) -> Stream:
+        """Event-time windows per key. The watermark is the largest event time seen (column ``time``,
+        epoch ms) minus ``delay_ms``, advanced once per epoch; a window's result is emitted once,
+        in the first epoch whose watermark passes its end plus ``allowed_lateness_ms``. A record
+        whose every window was emitted already is a dead letter, with its reason. Emits
+        (key..., window_start, window_end, aggregates...)."""
+        if not aggregates:
+            raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. views=abs.count()")
+        return self._keyed(Node(name, "window", aggregates=dict(aggregates), window=window, time=time,
+                                delay_ms=delay_ms, lateness_ms=allowed_lateness_ms))
+
+    def join(self, name: str, other: KeyedStream) -> Stream:
+        """Each record of this stream joined with ``other``'s latest record of the same key (other's
+        columns added, a name both have gets the suffix ``_right``). A record whose key ``other`` has
+        not sent yet waits in the join's state; ``other``'s records wait as the latest per key. Both
+        sides' state is snapshotted with the operator's: barriers are aligned across its inputs."""
+        if [t for _, t in other._key] != [t for _, t in self._key]:
+            raise ValueError(f"join {name!r}: the two sides' keys differ in type: {self._key} and {other._key}")
+        node = Node(name, "join", inputs=(other._node,))
+        node.state = other._key  # the other side's key names, in order
+        return self._keyed(node)
+
+
 @dataclass
 class Job:
     name: str
@@ -225,76 +269,27 @@ class Job:
     barrier_interval_minutes: int = 5
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
-    source_name: str = ""
-    lines: TextLines = field(default_factory=TextLines)
-    steps: list[Step] = field(default_factory=list)
-    keyed: Keyed | None = None
-    sinks: list[tuple[str, SinkDeclaration, tuple[str, ...] | None]] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
 
-    def source(self, name: str, lines: TextLines | None = None) -> Stream:
-        """The job's source: segment files injected into ``$ABS_DATA_DIR/<job>/input/<partition>/``,
-        one text line a record (``lines`` says which lines are records; the others become dead
-        letters at inject, with their reason)."""
-        if self.source_name:
-            raise ValueError(f"job {self.name!r}: one source per job for now ({self.source_name!r} is declared)")
-        self._require_open(name)
-        self.source_name, self.lines = name, lines or TextLines()
-        return Stream(self)
+    def source(self, name: str, format: RecordFormat | None = None) -> Stream:
+        """A source: segment files injected into ``$ABS_DATA_DIR/<job>/input/<partition>/`` (with
+        several sources: ``input/<source>/<partition>/``), one record a line (``format`` says which
+        lines are records; the others become dead letters at inject, with their reason)."""
+        self._add(Node(name, "source", format=format or TextLines()))
+        return Stream(self, name)
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
 
     def definition(self, origin: str = "") -> JobDefinition:
         """What the checkpoint lifecycle knows of this job (``coordinator.jobs``); ValueError naming
-        what is missing when the declaration is incomplete."""
-        if not self.source_name:
-            raise ValueError(f"job {self.name!r} declares no source: job.source(name, abs.TextLines())")
-        if self.keyed is None:
-            raise ValueError(f"job {self.name!r} declares no keyed operator: .key_by(key, type).aggregate(...)")
-        if not self.sinks:
-            raise ValueError(f"job {self.name!r} declares no sink: .sink(name, abs.SqlTable(table))")
-        p, keyed = self.parallelism, self.keyed
-        kinds = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
-        chain = [Operator(self.source_name, OperatorKind.SOURCE, p),
-                 *(Operator(step.name, kinds[step.kind], p) for step in self.steps)]
-        edges = [Edge(a.name, b.name, Partitioning.FORWARD) for a, b in zip(chain, chain[1:])]
-        sinks = [Operator(name, OperatorKind.SINK, p) for name, _, _ in self.sinks]
-        if keyed.loop is None:
-            kind = OperatorKind.KEYED_REDUCE if keyed.kind == "aggregate" else OperatorKind.STATEFUL_MAP
-            operators = [*chain, Operator(keyed.name, kind, p), *sinks]
-            loop_edges: list[Edge] = []
-        else:
-            loop = iterate(
-                head=Operator(keyed.name, OperatorKind.ITERATE_HEAD, p),
-                body=[LoopStep(Operator(keyed.loop.body_name, OperatorKind.FLAT_MAP, p), Partitioning.FORWARD)],
-                tail=LoopStep(Operator(keyed.loop.tail_name, OperatorKind.ITERATE_TAIL, p), Partitioning.HASH),
-                feedback=Partitioning.FORWARD,
-            )
-            operators, loop_edges = [*chain, *loop.operators, *sinks], list(loop.edges)
-        edges += [Edge(chain[-1].name, keyed.name, Partitioning.HASH), *loop_edges,
-                  *(Edge(keyed.name, op.name, Partitioning.FORWARD) for op in sinks)]
-        graph = JobGraph(operators=tuple(operators), edges=tuple(edges))
-        if keyed.loop is not None:
-            check_loop(graph, loop)
-        types = dict(keyed.columns)
-        specs = []
-        for name, target, columns in self.sinks:
-            chosen = columns or tuple(c for c, _ in keyed.visible)
-            unknown = [c for c in chosen if c not in types]
-            if unknown or chosen[0] != keyed.key:
-                raise ValueError(f"job {self.name!r}, sink {name!r}: columns must start with the key "
-                                 f"{keyed.key!r} and be among {', '.join(c for c, _ in keyed.visible)}")
-            specs.append(SinkSpec(name, target, tuple((c, types[c]) for c in chosen), keyed.key))
-        return JobDefinition(
-            name=self.name, description=self.description, graph=graph, state_operator=keyed.name,
-            key=keyed.key, state_columns=keyed.columns, sinks=tuple(specs), policy=self.policy,
-            barrier_interval_minutes=self.barrier_interval_minutes, id_store=self.id_store, lines=self.lines,
-            loop_rounds=keyed.loop.rounds if keyed.loop else 4, spec=self, origin=origin,
-        )
+        what is wrong when the declaration is incomplete or inconsistent."""
+        return build_definition(self, origin)
 
-    def names(self) -> list[str]:
-        return [n for n in (self.source_name, *(s.name for s in self.steps),
-                            self.keyed.name if self.keyed else "", *(s[0] for s in self.sinks)) if n]
-
-    def _require_open(self, name: str) -> None:
+    def _add(self, node: Node) -> None:
+        name = node.name
         if not name or not name.replace("_", "").isalnum():
             raise ValueError(f"job {self.name!r}: operator name {name!r} must be letters, digits and underscores")
-        if name in self.names():
+        if any(n.name == name for n in self.nodes):
             raise ValueError(f"job {self.name!r}: two operators are named {name!r}")
+        self.nodes.append(node)

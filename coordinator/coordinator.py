@@ -64,7 +64,7 @@ class CheckpointCoordinator:
             ends[seg.partition] = max(ends.get(seg.partition, 0), seg.first_offset + seg.records)
         known = {(seg.partition, seg.name) for seg in registered}
         root = source.input_dir(self.data_dir, job)
-        listed = {p: source.list_segments(root / p) for p in source.list_partitions(root)}
+        listed = {p: source.list_segments(root / p) for p in source.job_partitions(root, self.job.source_names)}
         found = segment_changes.check_registered(registered, root, {p: set(n) for p, n in listed.items()})
         for seg, mtime_ns in found.touched:
             s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,
@@ -78,7 +78,7 @@ class CheckpointCoordinator:
             for name in names:
                 if (partition, name) in known:
                     continue
-                seg = source.scan_segment(partition, root / partition / name, self.job.lines, max_line)
+                seg = source.scan_segment(partition, root / partition / name, self.job.format_of(partition), max_line)
                 renames.check(partition, name, seg.bytes, seg.checksum)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
                                     records=seg.records, bytes=seg.bytes, checksum=seg.checksum,

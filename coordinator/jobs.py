@@ -3,7 +3,7 @@
 A job is declared with the public API (``absreplay.api``) and found by
 ``absreplay.job_discovery``; ``absreplay.api.Job.definition()`` makes this
 definition of it. The declaration itself rides along as ``spec``, for the Spark
-runtime (``spark_jobs.job_runtime``); nothing here reads it. No Spark here.
+runtime (``spark_jobs.dataflow``); nothing here reads it. No Spark here.
 """
 
 from __future__ import annotations
@@ -17,20 +17,40 @@ import pyarrow as pa
 from coordinator.graph import ExecutionGraph, JobGraph
 from coordinator.iterate import loop_of
 from coordinator.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.record_formats import TextLines
+from coordinator.record_formats import RecordFormat, TextLines
 from coordinator.sinks.base import SinkTarget
 from coordinator.sinks.declarations import SinkDeclaration
 from coordinator.types import Schema, arrow_schema
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """The keyed state of one stateful operator."""
+
+    operator: str
+    kind: str  # aggregate | process | iterate | window | join
+    #: its columns, ``updated`` last (None: known only when Spark runs the job, a join's)
+    columns: Schema | None
+    #: a row's identity: a restore keeps the newest version per identity
+    identity: tuple[str, ...]
+    #: the operator's key: what routes a row to a subtask (key groups)
+    key: tuple[str, ...]
+    #: False: rows are deleted (windows fire, joined records leave), so every snapshot is full
+    incremental: bool = True
+
+
+@dataclass(frozen=True)
 class SinkSpec:
-    """One sink of a job: its operator's name, its target and the columns it receives (key first)."""
+    """One sink of a job: its operator's name, its target, the columns it receives (key first for an
+    upsert sink), and the operator whose output it takes."""
 
     name: str
     declaration: SinkDeclaration
     columns: Schema
     key: str | None
+    input: str = ""
+    #: the input's changed state rows are the output: staged as the state snapshot's own files
+    from_state: bool = True
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -49,18 +69,15 @@ class JobDefinition:
     name: str
     description: str
     graph: JobGraph
-    # the operator whose keyed state is snapshotted to Parquet, its key and its columns (the key
-    # first, ``updated`` last: the checkpoint that last changed the row)
-    state_operator: str
-    key: str
-    state_columns: Schema
+    #: every stateful operator's keyed state, in topological order
+    states: tuple[StateSpec, ...]
     sinks: tuple[SinkSpec, ...]
+    #: (name, record format) of every source; with several, partitions are ``<source>/<partition>``
+    sources: tuple[tuple[str, RecordFormat], ...] = (("source", TextLines()),)
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     barrier_interval_minutes: int = 5
     # how records of `.jsonl` segments (explicit ids) are deduplicated
     id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
-    # which lines are records (the others become dead letters at inject)
-    lines: TextLines = field(default_factory=TextLines)
     # jobs with an iterate loop: rounds per epoch; what still circulates then is the back-edge log
     loop_rounds: int = 4
     #: the declaration (``absreplay.api.Job``) the Spark runtime runs; where it was found
@@ -70,6 +87,29 @@ class JobDefinition:
     def __post_init__(self) -> None:
         if self.loop_rounds < 1:
             raise ValueError(f"job {self.name!r}: loop_rounds must be >= 1, got {self.loop_rounds}")
+
+    @property
+    def state_operator(self) -> str:
+        """The first stateful operator: whose acks say the parallelism a checkpoint was taken at."""
+        return self.states[0].operator
+
+    def state(self, operator: str) -> StateSpec:
+        return next(st for st in self.states if st.operator == operator)
+
+    @property
+    def lines(self) -> RecordFormat:
+        """The record format of a single-source job."""
+        return self.sources[0][1]
+
+    def format_of(self, partition: str) -> RecordFormat:
+        """The record format of a partition's segments (``<source>/<partition>`` with several sources)."""
+        if len(self.sources) == 1:
+            return self.sources[0][1]
+        return dict(self.sources)[partition.split("/", 1)[0]]
+
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.sources)
 
     @property
     def sink_operators(self) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Which text lines of a job's segments are records, checked when a segment is registered.
+"""What a source's records look like (text, JSON lines, CSV), checked when a segment is registered.
 
 A line that is not a record of its job becomes a dead letter at inject time
 (like a line that is not UTF-8), with the reason the job's check gives, so
@@ -22,6 +22,7 @@ class TextLines:
     a record of the job (None: it is one). It runs once per line at inject, in plain Python."""
 
     check: LineCheck | None = None
+    time_field = None
 
     @property
     def checks_each_line(self) -> bool:
@@ -29,3 +30,82 @@ class TextLines:
 
     def problem(self, line: bytes) -> str | None:
         return None if self.check is None else self.check(line)
+
+
+def _fits(value: object, ddl_type: str) -> bool:
+    if ddl_type in ("long", "int"):
+        return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+    if ddl_type == "double":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ddl_type == "boolean":
+        return isinstance(value, bool)
+    if ddl_type == "string":
+        return isinstance(value, str)
+    if ddl_type.startswith("array<"):
+        return isinstance(value, list) and all(_fits(v, ddl_type[6:-1]) for v in value)
+    return False
+
+
+def _csv_fits(text: str, ddl_type: str) -> bool:
+    try:
+        if ddl_type in ("long", "int"):
+            return -(2**63) <= int(text) < 2**63
+        if ddl_type == "double":
+            float(text)
+            return True
+        if ddl_type == "boolean":
+            return text.lower() in ("true", "false")
+    except ValueError:
+        return False
+    return ddl_type == "string"
+
+
+@dataclass(frozen=True)
+class JsonLines:
+    """One JSON object a line with the declared ``fields`` (name -> type; other keys are ignored).
+    ``time_field``: an integer field in epoch milliseconds, the record's event time (windows)."""
+
+    fields: tuple[tuple[str, str], ...]
+    time_field: str | None = None
+
+    checks_each_line = True
+
+    def problem(self, line: bytes) -> str | None:
+        import json
+
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            return f"not a JSON object: {exc}"
+        if not isinstance(obj, dict):
+            return "not a JSON object"
+        for name, t in self.fields:
+            if name not in obj or obj[name] is None:
+                return f"field {name!r} is missing"
+            if not _fits(obj[name], t):
+                return f"field {name!r} is not a {t}: {obj[name]!r}"[:300]
+        return None
+
+
+@dataclass(frozen=True)
+class Csv:
+    """Comma-separated values (``delimiter``), the declared ``fields`` in order, no header line,
+    no quoting of the delimiter; ``time_field`` as for ``JsonLines``."""
+
+    fields: tuple[tuple[str, str], ...]
+    time_field: str | None = None
+    delimiter: str = ","
+
+    checks_each_line = True
+
+    def problem(self, line: bytes) -> str | None:
+        parts = line.decode("utf-8").rstrip("\r").split(self.delimiter)
+        if len(parts) != len(self.fields):
+            return f"expected {len(self.fields)} fields separated by {self.delimiter!r}, found {len(parts)}"
+        for (name, t), text in zip(self.fields, parts, strict=True):
+            if not _csv_fits(text, t):
+                return f"field {name!r} is not a {t}: {text!r}"[:300]
+        return None
+
+
+RecordFormat = TextLines | JsonLines | Csv

@@ -133,13 +133,14 @@ def reset_after(
     restored: int | None,
     recovery_id: int,
     kind: RecoveryKind,
-    state_rows: pa.Table | None = None,
+    state_rows: dict[str, pa.Table] | None = None,
 ) -> ResetOutcome:
     """Settle the sinks and put the checkpoints after ``restored`` in order for the resumed run,
     in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
 
-    ``state_rows``: for a rewind, the sinks' view of checkpoint ``restored`` (every sink's columns
-    and ``updated``), the values rows written later are reverted to. ``restored`` None: the empty state
+    ``state_rows``: for a rewind, each upsert sink's view of checkpoint ``restored`` (its columns
+    and ``updated``), the values rows written later are reverted to; append sinks drop what later
+    checkpoints appended. ``restored`` None: the empty state
     (nothing had completed), every checkpoint comes after it.
     """
     out = ResetOutcome()
@@ -165,7 +166,7 @@ def reset_after(
         if kind is RecoveryKind.REWIND:
             cut = store_cut(s, job, restored)
             for sink in definition.sinks:
-                rows = None if state_rows is None else state_rows.select([*sink.column_names, "updated"])
+                rows = (state_rows or {}).get(sink.name)
                 out.reverted_rows += sinks.revert_after(s, job, sink, restored, cut, rows)
         if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
             now = utcnow()

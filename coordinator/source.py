@@ -80,6 +80,18 @@ def input_dir(data_dir: Path, job: str) -> Path:
     return data_dir / job / "input"
 
 
+def job_partitions(root: Path, sources: tuple[str, ...]) -> list[str]:
+    """A job's partitions: the directories under ``root``, or with several sources ``<source>/<partition>``
+    for the directories under ``root/<source>`` (a directory of no declared source is an error)."""
+    if len(sources) <= 1:
+        return list_partitions(root)
+    unknown = [p for p in list_partitions(root) if p not in sources] if root.exists() else []
+    if unknown:
+        raise SourceError(f"{root} holds {', '.join(unknown)}, which are not sources of the job "
+                          f"({', '.join(sources)}): put each partition under input/<source>/<partition>/")
+    return [f"{name}/{p}" for name in sources for p in list_partitions(root / name)]
+
+
 def list_partitions(root: Path) -> list[str]:
     """Partition directory names under ``root`` (missing root: no partitions yet)."""
     if not root.exists():

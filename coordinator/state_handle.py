@@ -19,6 +19,7 @@ class StateHandle:
     alignment_ms: int = 0
     sync_ms: int = 0
     async_ms: int = 0
+    watermark: int | None = None
 
     @property
     def task(self) -> str:
@@ -38,4 +39,5 @@ def handle_columns(h: StateHandle) -> dict:
         "alignment_ms": h.alignment_ms,
         "sync_ms": h.sync_ms,
         "async_ms": h.async_ms,
+        "watermark": h.watermark,
     }

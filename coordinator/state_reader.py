@@ -35,19 +35,23 @@ class StateDiff:
     changed: pa.Table
 
 
-def key_of(job: JobDefinition) -> str:
-    return job.key
+def key_of(job: JobDefinition, operator: str | None = None) -> str:
+    """The key column of an operator's state (its first, for a key of several columns)."""
+    return job.state(check_operator(job, operator)).key[0]
 
 
 def check_operator(job: JobDefinition, operator: str | None) -> str:
-    """The operator asked for (default: the job's keyed-state operator); UsageError for one without state."""
-    if operator is None or operator == job.state_operator:
-        return job.state_operator
+    """The operator asked for (default: the job's first stateful operator); UsageError for one without state."""
+    stateful = [st.operator for st in job.states]
+    if operator is None:
+        return stateful[0]
+    if operator in stateful:
+        return operator
     known = [op.name for op in job.graph.operators]
     if operator not in known:
         raise UsageError(f"job {job.name!r} has no operator {operator!r}; its operators: {', '.join(known)}")
-    raise UsageError(f"operator {operator!r} of job {job.name!r} keeps no keyed state; the one that does: "
-                     f"{job.state_operator}")
+    raise UsageError(f"operator {operator!r} of job {job.name!r} keeps no keyed state; those that do: "
+                     f"{', '.join(stateful)}")
 
 
 def check_retained(store: CheckpointStore, job: str, checkpoint_id: int) -> None:
@@ -67,7 +71,7 @@ def state_at(store: CheckpointStore, job: JobDefinition, checkpoint_id: int, ope
     op = check_operator(job, operator)
     check_retained(store, job.name, checkpoint_id)
     links, _ = state_chain.chain(store, job.name, op, state_chain.acked_subtasks(store, job.name, op, checkpoint_id))
-    key_column = key_of(job)
+    key_column = key_of(job, op)
     parts = []
     for link in links:
         if link.rows == 0:
@@ -79,7 +83,10 @@ def state_at(store: CheckpointStore, job: JobDefinition, checkpoint_id: int, ope
         parts.append(table)
     if not parts:
         return pa.table({key_column: pa.array([], pa.null())})
-    return newest_per_key(pa.concat_tables(parts, promote_options="default"), key_column)
+    rows = pa.concat_tables(parts, promote_options="default")
+    if not job.state(op).incremental:  # every snapshot is full: one version of each row
+        return rows.sort_by([(c, "ascending") for c in job.state(op).identity if c in rows.column_names])
+    return newest_per_key(rows, key_column)
 
 
 def newest_per_key(rows: pa.Table, key: str) -> pa.Table:
@@ -117,7 +124,7 @@ def _typed(key: str, arrow_type: pa.DataType) -> object:
 def diff(store: CheckpointStore, job: JobDefinition, from_id: int, to_id: int, operator: str | None = None) -> StateDiff:
     """Keys added, removed and changed (any value column) between two checkpoints' states."""
     before, after = (state_at(store, job, c, operator) for c in (from_id, to_id))
-    key = key_of(job)
+    key = key_of(job, operator)
     if before.num_rows == 0:
         before = after.schema.empty_table()
     if after.num_rows == 0:

@@ -385,11 +385,13 @@ class CheckpointStore:
             return [dict(r) for r in rows]
 
     def begin_attempt(self, job_name: str, checkpoint_ids: list[int], snapshot_mode: str,
-                      keep: dict[int, set[int]] | None = None, definition: JobDefinition | None = None) -> None:
+                      keep: dict[int, set[int]] | None = None, definition: JobDefinition | None = None,
+                      epoch_starts: dict[int, int] | None = None) -> None:
         """A processing run takes these PENDING checkpoints: a dead attempt's acks are dropped
         (this run acks afresh) and the snapshot mode is recorded. ``keep`` (partial recovery):
         checkpoint -> subtask indexes whose acks stay (those tasks do not run again).
-        ``definition``: the job as the run executes it (see ``_adopt_run_graph``)."""
+        ``definition``: the job as the run executes it (see ``_adopt_run_graph``). ``epoch_starts``:
+        checkpoint -> the checkpoint whose cut starts its epoch in this run (``Checkpoint.epoch_start``)."""
         keep = keep or {}
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
@@ -404,6 +406,8 @@ class CheckpointStore:
                     TaskAck.subtask.not_in(sorted(keep.get(checkpoint_id, ()))),
                 ))
                 ck.snapshot_mode = snapshot_mode
+                if epoch_starts and checkpoint_id in epoch_starts:
+                    ck.epoch_start = epoch_starts[checkpoint_id]
 
     def _adopt_run_graph(self, s: Session, definition: JobDefinition, checkpoint_ids: list[int]) -> None:
         """With the job row locked: the run's execution graph becomes the job row's (a run at

@@ -24,7 +24,7 @@ from coordinator.errors import StateIntegrityError
 from coordinator.jobs import JobDefinition
 from coordinator.store import CheckpointStore
 from spark_jobs import keyed_state
-from spark_jobs.operators import LoopOperators
+from spark_jobs.dataflow import Dataflow as LoopOperators
 
 
 def empty(spark: SparkSession, ops: LoopOperators) -> DataFrame:

@@ -40,14 +40,16 @@ class SubtaskStats:
     checksum: str
 
 
-def subtask_of(key: str, parallelism: int, max_parallelism: int) -> F.Column:
-    """The subtask (0..parallelism-1) holding each row's key: the range of key groups it owns."""
-    group = F.pmod(F.hash(F.col(key)), F.lit(max_parallelism)).cast("long")
+def subtask_of(key: str | Sequence[str], parallelism: int, max_parallelism: int) -> F.Column:
+    """The subtask (0..parallelism-1) holding each row's key (one column or several): the range of
+    key groups it owns."""
+    keys = [key] if isinstance(key, str) else list(key)
+    group = F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(max_parallelism)).cast("long")
     # exact: a double division of integers below 2^53 never rounds up across an integer
     return F.floor(group * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
 
 
-def with_subtask(df: DataFrame, key: str, parallelism: int, max_parallelism: int) -> DataFrame:
+def with_subtask(df: DataFrame, key: str | Sequence[str], parallelism: int, max_parallelism: int) -> DataFrame:
     return df.withColumn(SUBTASK, subtask_of(key, parallelism, max_parallelism))
 
 
@@ -97,13 +99,17 @@ def bytes_under(spark: SparkSession, uri: str) -> int:
 def restore(
     spark: SparkSession,
     schema: StructType,
-    key: str,
+    key: str | Sequence[str],
     links: Sequence[ChainLink],
     parallelism: int,
+    identity: Sequence[str] | None = None,
 ) -> DataFrame:
     """The operator's state at a checkpoint from its chain of snapshot files, checked and
     materialized in one pass: every link's rows and checksum are observed while the state
-    is built, and compared with what its ack recorded."""
+    is built, and compared with what its ack recorded. ``identity``: a row's identity (default:
+    the key), the newest version of which an incremental chain keeps."""
+    keys = [key] if isinstance(key, str) else list(key)
+    identity = list(identity or keys)
     stored = [link for link in links if link.rows > 0]
     if not stored:
         return spark.createDataFrame([], schema)
@@ -111,14 +117,14 @@ def restore(
         spark, schema, [(link.uri, f"state file {link.uri} of checkpoint {link.checkpoint_id}") for link in stored],
         "restore",
     )
-    values = [c for c in schema.fieldNames() if c != key]
+    values = [c for c in schema.fieldNames() if c not in identity]
     if len({link.checkpoint_id for link in stored}) == 1:
-        state = data.drop("_link").repartition(parallelism, key)
+        state = data.drop("_link").repartition(parallelism, *keys)
     else:
         # an incremental chain: the newest version of every key wins (one max_by per column
         # keeps the aggregation buffer fixed-width, so Spark hashes instead of sorting)
         newest = [F.max_by(c, "updated").alias(c) for c in values if c != "updated"]
-        state = data.groupBy(key).agg(*newest, F.max("updated").alias("updated")).select(*schema.fieldNames())
+        state = data.groupBy(*identity).agg(*newest, F.max("updated").alias("updated")).select(*schema.fieldNames())
     try:
         state = state.localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here

@@ -24,7 +24,6 @@ from coordinator.jobs import JobDefinition
 from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
-from spark_jobs.operators import is_iterative
 from spark_jobs.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.snapshot import SnapshotMode
 
@@ -48,8 +47,9 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
             log("  " + notes[-1])
         state_rows = None
         if request.kind is RecoveryKind.REWIND:
-            # the sink's view of checkpoint N, to put rows written after N back to it
-            state_rows = restored.state.select(*runner.ops.sink_columns, "updated").toArrow()
+            # each upsert sink's view of checkpoint N, to put rows written after N back to it
+            state_rows = {sink.name: restored.states[sink.input].select(*sink.column_names, "updated").toArrow()
+                          for sink in job.sinks if sink.from_state}
         reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows)
         notes.append(
             f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
@@ -85,7 +85,7 @@ def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinit
         notes.append("partial: no completed checkpoint to keep state from: every task restarts")
         log("  " + notes[-1])
         partial = False
-    if partial and is_iterative(runner.ops):
+    if partial and runner.flow.is_iterative:
         notes.append("partial: the job has a loop, every task is upstream of every other: all of them restart")
         log("  " + notes[-1])
         partial = False

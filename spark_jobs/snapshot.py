@@ -1,13 +1,17 @@
 """Two-phase snapshots of epoch state, and the task acks that end them.
 
-After epoch n the runner holds state n as an immutable, locally checkpointed
-DataFrame (the synchronous phase: nothing else is copied). The asynchronous
-phase writes one set of Parquet files per checkpoint under
+After epoch n the runner holds every stateful operator's state n as an
+immutable, locally checkpointed DataFrame, and each sink's output of the epoch
+(the synchronous phase: nothing else is copied). The asynchronous phase writes
+one set of Parquet files per operator and checkpoint under
 ``chk-n/<operator>/subtask=<i>/``: every row (a full snapshot) or the rows
-changed since the base checkpoint (incremental). The same files are the sink's
-pre-committed output (its rows with updated > base), so an epoch's output is
-written once. Rows and checksums per subtask are observed during that write,
-then the sink transaction is staged and every task acks, in one transaction.
+changed since the base checkpoint (incremental; an operator that deletes rows,
+a window or a join, is always full). A sink fed by a keyed operator's changes
+stages those same files (its rows with updated > base), so that output is
+written once; any other sink's output is written under ``chk-n/<sink>/``, with
+the output of epochs whose checkpoint failed since the last durable one (it
+belongs to the next transaction). Rows and checksums per subtask are observed
+during the writes, then the sink transactions are staged and every task acks.
 
 Modes (per run): ``async`` runs the write on a writer thread while epoch n+1
 proceeds (ABS); ``sync`` runs it before epoch n+1 starts (the stop-the-world
@@ -32,13 +36,25 @@ from coordinator.sinks import transactions as sinks
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
 from coordinator.graph import OperatorKind
-from coordinator.jobs import JobDefinition
+from coordinator.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.lifecycle import AckResult, FailureReason
 from coordinator.source import source_subtask
 from coordinator.store import CheckpointStore
 from coordinator.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
-from spark_jobs.operators import SparkOperators
+from spark_jobs.dataflow import Dataflow
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """What the runner hands over after an epoch: immutable frames and the epoch's facts."""
+
+    states: dict[str, DataFrame]
+    outputs: dict[str, DataFrame]
+    watermarks: dict[str, int | None]
+    #: snapshot and ack only these subtasks (partial recovery); None: all
+    subtasks: frozenset[int] | None
+    back_edge: DataFrame | None
 
 
 class SnapshotMode(StrEnum):
@@ -68,13 +84,13 @@ class SnapshotWriter:
     spark: SparkSession
     store: CheckpointStore
     job: JobDefinition
-    ops: SparkOperators
+    flow: Dataflow
     state_uri: str
     mode: SnapshotMode
     #: the last checkpoint whose snapshot is durable (the base of the next incremental one)
     base: int | None
-    #: snapshots since the last full one, counting ``base`` itself
-    chain_length: int
+    #: operator -> snapshots since its last full one, counting ``base`` itself
+    chain_lengths: dict[str, int]
     full_every: int
     partitions: list[str]
     #: the job's key groups (``keyed_state.subtask_of``)
@@ -83,9 +99,10 @@ class SnapshotWriter:
     #: since a delta of a subtask would chain onto a base holding other keys
     base_parallelism: int | None = None
     max_in_flight: int = 2
-    #: rows of the newest full snapshot and changed rows of the newest snapshot (for the full/incremental choice)
-    last_full_rows: int = 0
-    last_changed_rows: int = 0
+    #: operator -> rows of its newest full snapshot, and changed rows of its newest snapshot (for the
+    #: full/incremental choice)
+    last_full_rows: dict[str, int] = field(default_factory=dict)
+    last_changed_rows: dict[str, int] = field(default_factory=dict)
     timings: list[SnapshotTiming] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -94,12 +111,18 @@ class SnapshotWriter:
         #: the writer thread died of something that is not an error (the process is going down):
         #: no later snapshot may be written or acked after the one it interrupted
         self._halted = False
+        #: operator -> the manifest of its snapshot being written (the writer thread's alone)
+        self._manifests: dict[str, manifests.Manifest] = {}
         #: the run lost its lease: the next epoch must not start
         self._fenced: FencedError | None = None
+        #: sink -> outputs of epochs since the last durable checkpoint (the writer thread's alone)
+        self._carry: dict[str, list[DataFrame]] = {}
 
-    def snapshot(self, checkpoint_id: int, state: DataFrame, subtasks: frozenset[int] | None = None,
-                 back_edge: DataFrame | None = None) -> None:
-        """Take snapshot n of ``state`` (immutable). Returns once the synchronous phase is over.
+    def snapshot(self, checkpoint_id: int, states: dict[str, DataFrame], subtasks: frozenset[int] | None = None,
+                 back_edge: DataFrame | None = None, outputs: dict[str, DataFrame] | None = None,
+                 watermarks: dict[str, int | None] | None = None) -> None:
+        """Take snapshot n of ``states`` (immutable) with the epoch's sink ``outputs`` and window
+        ``watermarks``. Returns once the synchronous phase is over.
 
         ``subtasks``: snapshot and ack only these subtasks (a partial recovery: the others
         acked checkpoint n before the failure and keep their files). ``back_edge``: back-edge
@@ -109,17 +132,18 @@ class SnapshotWriter:
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
+        epoch = Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge)
         if self.mode is SnapshotMode.NONE:
-            self._write_sink_directly(checkpoint_id, state, timing)
+            self._write_sink_directly(checkpoint_id, epoch, timing)
         elif self.mode is SnapshotMode.SYNC:
-            self._write_and_ack(checkpoint_id, state, timing, True, subtasks, back_edge)
+            self._write_and_ack(checkpoint_id, epoch, timing, True)
         else:
             # back-pressure: epoch n+1 waits while too many snapshots are still being written
             while len(self._in_flight) >= self.max_in_flight:
                 self._in_flight.pop(0).result()
             timing.sync_ms = int((time.perf_counter() - t0) * 1000)
             self._in_flight.append(
-                self._pool.submit(self._write_and_ack, checkpoint_id, state, timing, False, subtasks, back_edge)
+                self._pool.submit(self._write_and_ack, checkpoint_id, epoch, timing, False)
             )
 
     def close(self) -> list[SnapshotTiming]:
@@ -132,23 +156,28 @@ class SnapshotWriter:
     def _changed_since_base(self, state: DataFrame) -> DataFrame:
         return state if self.base is None else state.where(F.col("updated") > F.lit(self.base))
 
-    def _write_sink_directly(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming) -> None:
-        rows = self._changed_since_base(state).select(*self.ops.sink_columns).toArrow()
+    def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
             for sink in self.job.sinks:
-                sinks.write(s, sink, self.job.name, checkpoint_id, rows.select(list(sink.column_names)))
+                cols = list(sink.column_names)
+                if sink.from_state:
+                    rows = self._changed_since_base(epoch.states[sink.input]).select(*cols).toArrow()
+                else:
+                    rows = epoch.outputs[sink.name].select(*cols).toArrow()
+                sinks.write(s, sink, self.job.name, checkpoint_id, rows)
+                timing.sink_rows += rows.num_rows
         self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED, "run with --snapshot-mode none")
         self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
-        timing.sink_rows = rows.num_rows
 
-    def _write_and_ack(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming, stop_the_world: bool,
-                       subtasks: frozenset[int] | None = None, back_edge: DataFrame | None = None) -> None:
+    def _write_and_ack(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, stop_the_world: bool) -> None:
         if self._halted:
             return
         t0 = time.perf_counter()
+        carried = {name: [*self._carry.get(name, []), out] for name, out in epoch.outputs.items()}
         try:
-            handles, full = self._write(checkpoint_id, state, timing, subtasks)
+            handles, fulls = self._write(checkpoint_id, epoch, carried, timing)
+            back_edge, subtasks = epoch.back_edge, epoch.subtasks
             logs = None if back_edge is None else self._write_back_edge_log(checkpoint_id, back_edge, timing, subtasks)
             write_ms = int((time.perf_counter() - t0) * 1000)
             if stop_the_world:
@@ -162,6 +191,7 @@ class SnapshotWriter:
                 # failed meanwhile (e.g. expired by a finalize): not a base for the next snapshot, whose
                 # delta must also hold this epoch's changes; its files are garbage
                 timing.error = f"checkpoint {checkpoint_id} was failed while its snapshot was written: acks {refused}"
+                self._carry = carried
                 return
         except FencedError as exc:
             # another run owns the job now: this one must not write anything more, not even a decline
@@ -170,6 +200,7 @@ class SnapshotWriter:
         except Exception as exc:  # the checkpoint fails; processing goes on
             first = str(exc).splitlines()[0] if str(exc) else ""
             timing.error = f"{exc.__class__.__name__}: {first}"
+            self._carry = carried
             self.store.fail(
                 self.job.name, checkpoint_id, FailureReason.ASYNC_SNAPSHOT_FAILED,
                 timing.error + "\n" + traceback.format_exc(limit=5),
@@ -178,8 +209,10 @@ class SnapshotWriter:
         except BaseException:
             self._halted = True
             raise
+        self._carry = {}
         self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
-        self.chain_length = 1 if full else self.chain_length + 1
+        for op, full in fulls.items():
+            self.chain_lengths[op] = 1 if full else self.chain_lengths.get(op, 0) + 1
 
     def _ack(self, checkpoint_id: int, handles: list[StateHandle],
              logs: list[back_edge_log.BackEdgeLogHandle] | None = None) -> list[str]:
@@ -206,7 +239,7 @@ class SnapshotWriter:
     def _write_back_edge_log(self, checkpoint_id: int, back_edge: DataFrame, timing: SnapshotTiming,
                              subtasks: frozenset[int] | None) -> list[back_edge_log.BackEdgeLogHandle]:
         t0 = time.perf_counter()
-        logs = back_edge_log.write(self.spark, back_edge, self.job, self.ops, self.state_uri, checkpoint_id,
+        logs = back_edge_log.write(self.spark, back_edge, self.job, self.flow, self.state_uri, checkpoint_id,
                                    self.max_parallelism)
         manifests.make_durable(state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id,
                                                         self.job.loop_tail), self._job_root)
@@ -217,80 +250,121 @@ class SnapshotWriter:
         timing.back_edge_bytes = sum(log.bytes for log in logs)
         return logs
 
-    def _write(self, checkpoint_id: int, state: DataFrame, timing: SnapshotTiming,
-               subtasks: frozenset[int] | None = None) -> tuple[list[StateHandle], bool]:
-        p = self.job.parallelism
-        full = self._next_is_full()
-        rows = state if full else self._changed_since_base(state)
-        snap = keyed_state.with_subtask(rows, self.ops.key, p, self.max_parallelism)
-        if subtasks is not None:
-            snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(subtasks)))
-        changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
-        observation = Observation(f"snapshot-{checkpoint_id}")
-        observed = snap.observe(
-            observation,
-            *keyed_state.group_metrics(self.ops.state_schema.fieldNames(), keyed_state.SUBTASK, p),
-            F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
-        )
-        op_uri = state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, self.job.state_operator)
-        keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=subtasks is not None)
-        # durable before the ack, and described so that the commit can verify what it reads
-        manifest = manifests.seal(op_uri, self._job_root)
-        metrics = observation.get
-        stats = keyed_state.stats_from_metrics(metrics, p)
-        changed = int(metrics["changed"] or 0)
+    def _write(self, checkpoint_id: int, epoch: Epoch, carried: dict[str, list[DataFrame]],
+               timing: SnapshotTiming) -> tuple[list[StateHandle], dict[str, bool]]:
+        handles = self._stateless_handles()
+        fulls: dict[str, bool] = {}
+        changed: dict[str, int] = {}
+        for spec in self.job.states:
+            written, fulls[spec.operator], changed[spec.operator] = self._write_state(
+                checkpoint_id, spec, epoch.states[spec.operator], epoch, timing)
+            handles += written
+        staged = [self._stage_output(checkpoint_id, sink, carried[sink.name]) for sink in self.job.sinks
+                  if not sink.from_state]
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
             for sink in self.job.sinks:
-                sinks.stage(s, self.job.name, sink.name, checkpoint_id, op_uri, self.base, changed, manifest)
-        handles = self._stateless_handles()
+                if sink.from_state:
+                    uri = self._op_uri(checkpoint_id, sink.input)
+                    manifest = self._manifests[sink.input]
+                    sinks.stage(s, self.job.name, sink.name, checkpoint_id, uri, self.base, changed[sink.input],
+                                manifest)
+                else:
+                    uri, rows, manifest = next(x for x in staged if x[0] == sink.name)[1:]
+                    sinks.stage(s, self.job.name, sink.name, checkpoint_id, uri, None, rows, manifest)
+        p = self.job.parallelism
+        for sink in self.job.sinks:
+            uri = self._op_uri(checkpoint_id, sink.input if sink.from_state else sink.name)
+            handles += [StateHandle(operator=sink.name, subtask=i, state_uri=uri) for i in range(p)]
+        if epoch.subtasks is not None:
+            handles = [h for h in handles if h.subtask in epoch.subtasks]
+        timing.full = all(fulls.values())
+        timing.state_bytes = sum(h.state_bytes for h in handles)
+        return handles, fulls
+
+    def _op_uri(self, checkpoint_id: int, operator: str) -> str:
+        return state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, operator)
+
+    def _write_state(self, checkpoint_id: int, spec: StateSpec, state: DataFrame, epoch: Epoch,
+                     timing: SnapshotTiming) -> tuple[list[StateHandle], bool, int]:
+        """One operator's snapshot: its files, sealed, and its subtasks' handles."""
+        p, op = self.job.parallelism, spec.operator
+        full = self._next_is_full(spec)
+        rows = state if full else self._changed_since_base(state)
+        snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
+        if epoch.subtasks is not None:
+            snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
+        changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
+        observation = Observation(f"snapshot-{checkpoint_id}-{op}")
+        observed = snap.observe(
+            observation,
+            *keyed_state.group_metrics(state.columns, keyed_state.SUBTASK, p),
+            F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
+        )
+        op_uri = self._op_uri(checkpoint_id, op)
+        keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
+        # durable before the ack, and described so that a commit can verify what it reads
+        self._manifests[op] = manifests.seal(op_uri, self._job_root)
+        metrics = observation.get
+        stats = keyed_state.stats_from_metrics(metrics, p)
+        changed = int(metrics["changed"] or 0)
+        handles = []
         for i in range(p):
             st = stats[i]
             uri = f"{op_uri}/subtask={i}" if st.rows else None
-            handles.append(
-                StateHandle(
-                    operator=self.job.state_operator,
-                    subtask=i,
-                    state_uri=uri,
-                    base_checkpoint_id=None if full else self.base,
-                    state_bytes=keyed_state.bytes_under(self.spark, uri) if uri else 0,
-                    state_rows=st.rows,
-                    checksum=st.checksum if st.rows else None,
-                )
-            )
-        # each sink is forward-connected to the keyed operator: its subtask i stages subtask i's rows
-        handles += [StateHandle(operator=sink, subtask=i, state_uri=op_uri)
-                    for sink in self.job.sink_operators for i in range(p)]
-        if subtasks is not None:
-            handles = [h for h in handles if h.subtask in subtasks]
-        timing.full = full
+            handles.append(StateHandle(
+                operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else self.base,
+                state_bytes=keyed_state.bytes_under(self.spark, uri) if uri else 0, state_rows=st.rows,
+                checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
+            ))
         if full:
-            self.last_full_rows = sum(s.rows for s in stats.values())
-        self.last_changed_rows = changed
-        timing.state_rows = sum(s.rows for s in stats.values())
-        timing.state_bytes = sum(h.state_bytes for h in handles)
-        timing.sink_rows = changed
-        return handles, full
+            self.last_full_rows[op] = sum(x.rows for x in stats.values())
+        self.last_changed_rows[op] = changed
+        timing.state_rows += sum(x.rows for x in stats.values())
+        if any(sink.from_state and sink.input == op for sink in self.job.sinks):
+            timing.sink_rows += changed
+        return handles, full, changed
+
+    def _stage_output(self, checkpoint_id: int, sink: SinkSpec, outputs: list[DataFrame]
+                      ) -> tuple[str, str, int, manifests.Manifest]:
+        """A sink's output since the last durable checkpoint, written under ``chk-n/<sink>/`` and sealed."""
+        rows = outputs[0]
+        for more in outputs[1:]:
+            rows = rows.unionByName(more)
+        uri = self._op_uri(checkpoint_id, sink.name)
+        observation = Observation(f"stage-{checkpoint_id}-{sink.name}")
+        rows = rows.select(*sink.column_names, F.lit(checkpoint_id).cast("long").alias("updated"))
+        rows.observe(observation, F.count(F.lit(1)).alias("n")).coalesce(1).write.mode("overwrite").parquet(uri)
+        manifest = manifests.seal(uri, self._job_root)
+        count = int(observation.get["n"] or 0)
+        return sink.name, uri, count, manifest
 
     @property
     def _job_root(self) -> str:
         return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
-    def _next_is_full(self) -> bool:
-        """Full on the first snapshot, every ``full_every``, after a change of parallelism, and when
-        most keys change anyway (an incremental chain of near-full deltas would only make restores slower)."""
-        if self.base is None or self.chain_length >= self.full_every or self.base_parallelism != self.job.parallelism:
+    def _next_is_full(self, spec: StateSpec) -> bool:
+        """Full for an operator that deletes rows, on the first snapshot, every ``full_every``, after a
+        change of parallelism, and when most keys change anyway (an incremental chain of near-full
+        deltas would only make restores slower)."""
+        op = spec.operator
+        if (not spec.incremental or self.base is None or self.chain_lengths.get(op, 0) >= self.full_every
+                or self.base_parallelism != self.job.parallelism):
             return True
-        return self.last_changed_rows * 2 > self.last_full_rows
+        return self.last_changed_rows.get(op, 0) * 2 > self.last_full_rows.get(op, 0)
 
     def _stateless_handles(self) -> list[StateHandle]:
-        """Sources ack their offsets (kept in the catalog's cut); stateless operators ack empty state."""
+        """A source subtask acks the partitions it reads (their offsets are the catalog's cut); a stateless
+        operator acks that it holds nothing."""
+        stateful = {st.operator for st in self.job.states} | set(self.job.sink_operators)
+        many = len(self.job.sources) > 1
         handles = []
         for op in self.job.graph.operators:
-            if op.name == self.job.state_operator or op.name in self.job.sink_operators:
+            if op.name in stateful:
                 continue
+            mine = [part for part in self.partitions if not many or part.split("/", 1)[0] == op.name]
             for i in range(op.parallelism):
-                owned = sum(1 for part in self.partitions if source_subtask(part, op.parallelism) == i)
+                owned = sum(1 for part in mine if source_subtask(part, op.parallelism) == i)
                 rows = owned if op.kind is OperatorKind.SOURCE else 0
                 handles.append(StateHandle(operator=op.name, subtask=i, state_rows=rows))
         return handles

@@ -32,4 +32,4 @@ def state_dataframe(spark: SparkSession, job: str, checkpoint_id: int, operator:
     store = CheckpointStore(engine)
     check_retained(store, job, checkpoint_id)
     runner = EpochRunner(spark, store, definition, settings.data_dir, settings.state_uri)
-    return runner.restore(checkpoint_id).state
+    return runner.restore(checkpoint_id).states[check_operator(definition, operator)]

@@ -38,8 +38,7 @@ from coordinator.jobs import JobDefinition
 from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
-from spark_jobs import iterate, keyed_state
-from spark_jobs.epoch_source import read_epoch
+from spark_jobs import keyed_state
 from spark_jobs.progress import Steps
 from spark_jobs.runner import EpochRunner
 
@@ -53,7 +52,8 @@ class VerifyReport:
     checkpoint_id: int
     stored_rows: int
     recomputed_rows: int
-    subtasks_differing: list[int] = field(default_factory=list)
+    #: "operator#subtask"
+    subtasks_differing: list[str] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
 
     @property
@@ -61,7 +61,7 @@ class VerifyReport:
         return not self.subtasks_differing and not self.differences
 
 
-def _stats(df: DataFrame, key: str, columns: list[str], parallelism: int,
+def _stats(df: DataFrame, key: tuple[str, ...], columns: list[str], parallelism: int,
            max_parallelism: int) -> dict[int, tuple[int, str | None]]:
     rows = (
         keyed_state.with_subtask(df.select(*columns), key, parallelism, max_parallelism)
@@ -84,46 +84,98 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
         raise CheckpointNotFoundError(job.name, checkpoint_id, f"is {ck.status}; only COMPLETED checkpoints can be verified")
     job = job.with_parallelism(rescale.taken_at(store, job.name, checkpoint_id, job.state_operator))
     runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri)
+    flow = runner.flow
     with Steps(2, f"{job.name}: verify checkpoint {checkpoint_id}") as steps:
         t0 = time.perf_counter()
         restored = runner.restore(checkpoint_id)
-        stored = restored.state
+        stored = dict(restored.states)
         if restored.back_edge is not None:
-            stored = iterate.quiesce(runner.ops, stored, restored.back_edge, checkpoint_id)
+            op = flow.loop.name
+            stored[op] = flow.quiesce(spark, stored[op], restored.back_edge, checkpoint_id)
         steps.done(f"  [1/2] restored and checked checkpoint {checkpoint_id} in {time.perf_counter() - t0:.2f}s")
         t0 = time.perf_counter()
-        cut = store.cut(job.name, checkpoint_id)
-        plan = runner.plan_range({}, cut, checkpoint_id)
-        # every segment from the start of the sources, those that source retention allowed deleting too
-        segment_changes.check_before_run(runner.input_dir,
-                                         [(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
-        records = read_epoch(spark, runner.input_dir, plan.segments, plan.dead_offsets)
-        empty = spark.createDataFrame([], runner.ops.state_schema)
-        recomputed = runner.ops.step(empty, records, checkpoint_id).localCheckpoint(eager=True)
-        steps.done(f"  [2/2] recomputed it from {plan.records:,} source records in {time.perf_counter() - t0:.2f}s")
-
-    ops = runner.ops
-    columns = [c for c in ops.state_schema.fieldNames() if c != "updated"]  # when a row changed is not content
-    groups = (job.parallelism, runner.max_parallelism)
-    left, right = _stats(stored, ops.key, columns, *groups), _stats(recomputed, ops.key, columns, *groups)
-    report = VerifyReport(checkpoint_id, sum(n for n, _ in left.values()), sum(n for n, _ in right.values()))
-    report.subtasks_differing = sorted(i for i in set(left) | set(right) if left.get(i) != right.get(i))
-    if report.subtasks_differing:
-        s, r = stored.select(*columns).alias("s"), recomputed.select(*columns).alias("r")
-        values = [c for c in columns if c != ops.key]
-        differs = F.lit(False)
-        for c in values:
-            differs = differs | ~F.col(f"s.{c}").eqNullSafe(F.col(f"r.{c}"))
-        joined = s.join(r, F.col(f"s.{ops.key}") == F.col(f"r.{ops.key}"), "full_outer")
-        diff = joined.where(F.col(f"s.{ops.key}").isNull() | F.col(f"r.{ops.key}").isNull() | differs)
-        key = F.coalesce(F.col(f"s.{ops.key}"), F.col(f"r.{ops.key}")).alias("k")
-        for row in diff.select(key, *[F.col(f"s.{c}").alias(f"stored_{c}") for c in values],
-                               *[F.col(f"r.{c}").alias(f"recomputed_{c}") for c in values]
-                               ).orderBy("k").limit(MAX_DIFFERENCES).collect():
-            stored_v = ", ".join(f"{c}={row[f'stored_{c}']}" for c in values)
-            recomputed_v = ", ".join(f"{c}={row[f'recomputed_{c}']}" for c in values)
-            report.differences.append(f"{ops.key}={row['k']!r}: stored {stored_v}; recomputed {recomputed_v}")
+        recomputed, records, epochs = recompute(spark, store, runner, checkpoint_id)
+        steps.done(f"  [2/2] recomputed it from {records:,} source records in {epochs} epoch(s) "
+                   f"in {time.perf_counter() - t0:.2f}s")
+    report = VerifyReport(checkpoint_id, 0, 0)
+    for spec in job.states:
+        compare(spec.operator, spec.key, spec.identity, stored[spec.operator], recomputed[spec.operator],
+                (job.parallelism, runner.max_parallelism), report)
     return report
+
+
+def lineage(store: CheckpointStore, job: str, checkpoint_id: int) -> list[int]:
+    """The checkpoints whose epochs, in order, produced ``checkpoint_id``'s state (``epoch_start``)."""
+    chain = [checkpoint_id]
+    while True:
+        start = store.checkpoint(job, chain[0]).epoch_start
+        if start is None:
+            raise UsageError(f"checkpoint {chain[0]} of job {job!r} does not record where its epoch began "
+                             "(taken before revision 0006): its windows and joins cannot be replayed exactly")
+        if start == 0:
+            return chain
+        chain.insert(0, start)
+
+
+def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
+              checkpoint_id: int) -> tuple[dict[str, DataFrame], int, int]:
+    """Every operator's state at ``checkpoint_id`` from the sources alone: one epoch over every record
+    when the result does not depend on where epochs end (aggregates, a loop run to its fixpoint),
+    else the same epochs again. Returns (states, records read, epochs run)."""
+    job, flow = runner.job, runner.flow
+    exact = any(st.kind in ("window", "join", "process") for st in job.states)
+    epochs = lineage(store, job.name, checkpoint_id) if exact else [checkpoint_id]
+    states = {st.operator: flow.empty_state(spark, st.operator) for st in job.states}
+    watermarks: dict[str, int | None] = {}
+    back_edge = None
+    start: dict[str, int] = {}
+    total = 0
+    for n in epochs:
+        cut = store.cut(job.name, n)
+        plan = runner.plan_range(start, cut, n)
+        # every segment from the start of the sources, those that source retention allowed deleting too
+        segment_changes.check_before_run(runner.input_dir, [(f"(read to verify checkpoint {checkpoint_id})",
+                                                             plan.segments)])
+        out = flow.epoch(spark, states, runner.read_records(plan), back_edge, watermarks, n,
+                         job.loop_rounds if exact else None)
+        states = {op: df.localCheckpoint(eager=True) for op, df in out.states.items()}
+        watermarks.update(out.watermarks)
+        back_edge, start, total = out.back_edge, cut, total + plan.records
+    return states, total, len(epochs)
+
+
+def compare(operator: str, key: tuple[str, ...], identity: tuple[str, ...], stored: DataFrame,
+            recomputed: DataFrame, groups: tuple[int, int], report: VerifyReport) -> None:
+    """Per subtask checksums first, then, where they differ, the first rows that do."""
+    columns = [c for c in stored.columns if c != "updated"]  # when a row changed is not content
+    left, right = _stats(stored, key, columns, *groups), _stats(recomputed.select(*stored.columns), key, columns,
+                                                                 *groups)
+    report.stored_rows += sum(n for n, _ in left.values())
+    report.recomputed_rows += sum(n for n, _ in right.values())
+    differing = sorted(i for i in set(left) | set(right) if left.get(i) != right.get(i))
+    report.subtasks_differing += [f"{operator}#{i}" for i in differing]
+    if not differing:
+        return
+    s, r = stored.select(*columns).alias("s"), recomputed.select(*columns).alias("r")
+    values = [c for c in columns if c not in identity]
+    differs = F.lit(False)
+    for c in values:
+        differs = differs | ~F.col(f"s.{c}").eqNullSafe(F.col(f"r.{c}"))
+    on = F.lit(True)
+    for c in identity:
+        on = on & F.col(f"s.{c}").eqNullSafe(F.col(f"r.{c}"))
+    joined = s.join(r, on, "full_outer")
+    missing = F.col(f"s.{identity[0]}").isNull() | F.col(f"r.{identity[0]}").isNull()
+    ident = [F.coalesce(F.col(f"s.{c}"), F.col(f"r.{c}")).alias(f"k_{c}") for c in identity]
+    rows = joined.where(missing | differs).select(
+        *ident, *[F.col(f"s.{c}").alias(f"stored_{c}") for c in values],
+        *[F.col(f"r.{c}").alias(f"recomputed_{c}") for c in values],
+    ).orderBy(*[f"k_{c}" for c in identity]).limit(MAX_DIFFERENCES).collect()
+    for row in rows:
+        who = ", ".join(f"{c}={row[f'k_{c}']!r}" for c in identity)
+        stored_v = ", ".join(f"{c}={row[f'stored_{c}']}" for c in values)
+        recomputed_v = ", ".join(f"{c}={row[f'recomputed_{c}']}" for c in values)
+        report.differences.append(f"{operator}: {who}: stored {stored_v}; recomputed {recomputed_v}")
 
 
 def run(argv: list[str], spark: SparkSession | None = None) -> int:

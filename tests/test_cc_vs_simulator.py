@@ -88,15 +88,15 @@ def edge_batches() -> list[list[tuple[int, int]]]:
 def spark_checkpoint(runner, n: int, quiesce: bool = True, drop_log: bool = False):
     """Checkpoint n as stored: (vertex -> (label, neighbours), back-edge log records, labels after
     feeding the log back and running the loop until nothing circulates (without the log: ``drop_log``))."""
-    from spark_jobs import back_edge_log, iterate
+    from spark_jobs import back_edge_log
 
     restored = runner.restore(n)
     state = {r.vertex: (r.component, frozenset(r.neighbors)) for r in restored.state.collect()}
     log = [(r.vertex, r.label) for r in restored.back_edge.collect()]
     if not quiesce:
         return state, log, None
-    fed = back_edge_log.empty(runner.spark, runner.ops) if drop_log else restored.back_edge
-    quiesced = iterate.quiesce(runner.ops, restored.state, fed, n)
+    fed = back_edge_log.empty(runner.spark, runner.flow) if drop_log else restored.back_edge
+    quiesced = runner.flow.quiesce(runner.spark, restored.state, fed, n)
     return state, log, {r.vertex: r.component for r in quiesced.collect()}
 
 

@@ -96,7 +96,7 @@ def test_pyfiles_zip_holds_the_code_and_serves_it_without_the_installed_project(
     assert "coordinator/__init__.py" in names
     assert "coordinator/catalog/db.py" in names
     assert "spark_jobs/process.py" in names
-    assert "spark_jobs/job_runtime.py" in names
+    assert "spark_jobs/dataflow.py" in names
     assert "absreplay_examples/wordcount.py" in names  # a job package found through its entry point
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
     mtime = first.stat().st_mtime_ns

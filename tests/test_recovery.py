@@ -72,15 +72,14 @@ def test_rewind_replaces_later_sink_output_instead_of_adding_to_it(tmp_path, pg_
     cycles(ws, spark, 4)
     assert ws.committed() == ws.expected_at(4)
     # "a bug fix in an operator": from now on the operator drops the word w1
-    from spark_jobs.job_runtime import DeclaredOperators
+    tokenize = ws.job.spec.node("tokenize")
+    original = tokenize.fn
 
-    original = DeclaredOperators.stream
-
-    def fixed(self, records):
-        words = original(self, records)
+    def fixed(records):
+        words = original(records)
         return words.where(words.word != "w1")
 
-    monkeypatch.setattr(DeclaredOperators, "stream", fixed)
+    monkeypatch.setattr(tokenize, "fn", fixed)
     at_2 = ws.expected_at(2)
     recover(ws, spark, kind=RecoveryKind.REWIND, checkpoint=2)
     st = statuses(ws)

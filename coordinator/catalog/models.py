@@ -109,6 +109,8 @@ class Checkpoint(Base):
     recovery_id: Mapped[int | None] = mapped_column(BigInteger)
     #: the parallelism of the run that took it (None: before key groups were recorded)
     parallelism: Mapped[int | None] = mapped_column(Integer)
+    # the checkpoint whose cut starts the epoch that produced this one (0: the start of the sources)
+    epoch_start: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SourceSegment(Base):
@@ -165,6 +167,8 @@ class TaskAck(Base):
     alignment_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     sync_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     async_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    # a window operator's event-time watermark after the epoch (epoch ms)
+    watermark: Mapped[int | None] = mapped_column(BigInteger)
     acked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

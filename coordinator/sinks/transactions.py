@@ -44,7 +44,6 @@ from coordinator.faults import fault_point
 from coordinator.jobs import JobDefinition, SinkSpec
 from coordinator.lifecycle import CheckpointStatus, SinkTxnStatus
 from coordinator.sinks.base import SinkTarget
-from coordinator.sinks.sql_table import SqlTableTarget
 
 
 def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Table:
@@ -118,7 +117,7 @@ def target_of(s: Session, sink: SinkSpec) -> SinkTarget:
 def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Table) -> bool:
     """Apply one checkpoint's rows to the sink's target; False: the target had them already."""
     target = target_of(s, sink)
-    if isinstance(target, SqlTableTarget) and target.in_catalog:
+    if getattr(target, "in_catalog", False):
         # rows, commit record, status and marks: one transaction of the catalog
         return target.commit_in(s, job, sink.name, checkpoint_id, rows)
     # the target's own commit record makes this idempotent if the catalog's change after it is lost
@@ -150,7 +149,7 @@ def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: 
         {c: pa.array([], type=t) for c, t in zip(sink.column_names, sink.arrow_schema.types, strict=True)}
         | {"updated": pa.array([], type=pa.int64())})
     target = target_of(s, sink)
-    if isinstance(target, SqlTableTarget) and target.in_catalog:
+    if getattr(target, "in_catalog", False):
         touched = target.revert_in(s, job, sink.name, checkpoint_id, rows)
     else:
         touched = target.revert(job, sink.name, checkpoint_id, rows)

@@ -1,0 +1,142 @@
+"""A declared job (``absreplay.api``) as the checkpoint lifecycle's ``JobDefinition``: its graph, the
+keyed state of every stateful operator, its sinks and sources. Checks the declaration on the way:
+a ValueError names the operator and what is wrong with it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.iterate import LoopStep, check_loop, iterate
+from coordinator.jobs import JobDefinition, SinkSpec, StateSpec
+from coordinator.sinks.dead_letters import DeadLetters
+from coordinator.types import Schema
+
+if TYPE_CHECKING:
+    from absreplay.api import Job, Node
+
+STATELESS = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
+KEYED = {"aggregate": OperatorKind.KEYED_REDUCE, "process": OperatorKind.STATEFUL_MAP,
+         "window": OperatorKind.KEYED_AGGREGATE, "join": OperatorKind.CO_PROCESS}
+#: keyed operators whose output is their changed state rows (an upsert stream)
+UPSERTS = ("aggregate", "process", "iterate")
+WINDOW_BOUNDS: Schema = (("window_start", "long"), ("window_end", "long"))
+
+
+def hidden(name: str, part: str) -> str:
+    return f"{name}__{part}"
+
+
+def aggregate_columns(node: Node) -> Schema:
+    columns: list[tuple[str, str]] = []
+    for name, agg in node.aggregates.items():
+        if agg.kind == "mean":
+            columns += [(hidden(name, "sum"), "double"), (hidden(name, "count"), "long")]
+        columns.append((name, agg.type))
+    return tuple(columns)
+
+
+def state_spec(node: Node) -> StateSpec:
+    key = node.key_names
+    if node.kind == "window":
+        columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), ("updated", "long"))
+        return StateSpec(node.name, "window", columns, (*key, "window_start"), key, incremental=False)
+    if node.kind == "join":
+        return StateSpec(node.name, "join", None, (*key, "_side", "_seq"), key, incremental=False)
+    values = aggregate_columns(node) if node.kind == "aggregate" else node.state
+    return StateSpec(node.name, node.kind, (*node.key, *values, ("updated", "long")), key, key)
+
+
+def output_schema(node: Node) -> Schema | None:
+    """The columns a keyed operator emits (None: a stream of records whose columns Spark knows)."""
+    if node.kind in ("aggregate", "process", "iterate"):
+        spec = state_spec(node)
+        return tuple((c, t) for c, t in spec.columns if "__" not in c and c != "updated")
+    if node.kind == "window":
+        return (*node.key, *WINDOW_BOUNDS, *((c, t) for c, t in aggregate_columns(node) if "__" not in c))
+    return None
+
+
+def _sink(job: Job, node: Node) -> SinkSpec:
+    src = job.node(node.inputs[0])
+    known = dict(output_schema(src) or ())
+    wanted = node.columns
+    if wanted is None:
+        if not known:
+            raise ValueError(f"job {job.name!r}, sink {node.name!r}: the stream of {src.name!r} has no declared "
+                             f"columns: name them with their types, e.g. columns={{'page': str, 'n': int}}")
+        wanted = tuple(known.items())
+    wanted = tuple((c, t or known.get(c, "")) for c, t in wanted)
+    missing = [c for c, t in wanted if not t]
+    if missing:
+        raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns {missing} are not among "
+                         f"{', '.join(known) or 'the declared ones'}")
+    upsert = src.kind in UPSERTS
+    if upsert:
+        if len(src.key) != 1:
+            raise ValueError(f"job {job.name!r}, sink {node.name!r}: an upsert sink needs a one-column key")
+        if wanted[0][0] != src.key_names[0]:
+            raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
+                             f"{src.key_names[0]!r}")
+    return SinkSpec(node.name, node.target, wanted, src.key_names[0] if upsert else None, src.name,
+                    from_state=upsert)
+
+
+def late_sink(node: Node) -> SinkSpec:
+    columns = (("partition", "string"), ("offset", "long"), ("reason", "string"), ("payload", "string"))
+    return SinkSpec(f"{node.name}_late", DeadLetters(node.name), columns, None, node.name, from_state=False)
+
+
+def build_definition(job: Job, origin: str = "") -> JobDefinition:
+    p = job.parallelism
+    sources = [n for n in job.nodes if n.kind == "source"]
+    if not sources:
+        raise ValueError(f"job {job.name!r} declares no source: job.source(name, abs.TextLines())")
+    keyed = [n for n in job.nodes if n.kind in (*KEYED, "iterate")]
+    if not keyed:
+        raise ValueError(f"job {job.name!r} declares no keyed operator: .key_by(key, type).aggregate(...)")
+    sinks = [n for n in job.nodes if n.kind == "sink"]
+    if not sinks:
+        raise ValueError(f"job {job.name!r} declares no sink: .sink(name, abs.SqlTable(table))")
+    loops = [n for n in keyed if n.kind == "iterate"]
+    if loops and len(keyed) > 1:
+        raise ValueError(f"job {job.name!r}: a job with an iterate loop has no other keyed operator (yet)")
+    operators: list[Operator] = []
+    edges: list[Edge] = []
+    loop = None
+    for node in job.nodes:
+        if node.kind == "source":
+            operators.append(Operator(node.name, OperatorKind.SOURCE, p))
+        elif node.kind in STATELESS:
+            operators.append(Operator(node.name, STATELESS[node.kind], p))
+        elif node.kind == "sink":
+            operators.append(Operator(node.name, OperatorKind.SINK, p))
+        elif node.kind == "iterate":
+            loop = iterate(
+                head=Operator(node.name, OperatorKind.ITERATE_HEAD, p),
+                body=[LoopStep(Operator(node.loop.body_name, OperatorKind.FLAT_MAP, p), Partitioning.FORWARD)],
+                tail=LoopStep(Operator(node.loop.tail_name, OperatorKind.ITERATE_TAIL, p), Partitioning.HASH),
+                feedback=Partitioning.FORWARD,
+            )
+            operators += loop.operators
+            edges += [Edge(up, node.name, Partitioning.HASH) for up in node.inputs] + list(loop.edges)
+            continue
+        else:
+            operators.append(Operator(node.name, KEYED[node.kind], p))
+            if node.kind == "window":  # its late records go to the dead letters, two-phase like any sink
+                operators.append(Operator(f"{node.name}_late", OperatorKind.SINK, p))
+                edges.append(Edge(node.name, f"{node.name}_late", Partitioning.FORWARD))
+        hashed = node.kind in (*KEYED, "iterate")
+        for upstream in node.inputs:
+            edges.append(Edge(upstream, node.name, Partitioning.HASH if hashed else Partitioning.FORWARD))
+    graph = JobGraph(operators=tuple(operators), edges=tuple(edges))
+    if loop is not None:
+        check_loop(graph, loop)
+    return JobDefinition(
+        name=job.name, description=job.description, graph=graph,
+        states=tuple(state_spec(n) for n in keyed),
+        sinks=(*(_sink(job, n) for n in sinks), *(late_sink(n) for n in keyed if n.kind == "window")),
+        sources=tuple((n.name, n.format) for n in sources), policy=job.policy,
+        barrier_interval_minutes=job.barrier_interval_minutes, id_store=job.id_store,
+        loop_rounds=loops[0].loop.rounds if loops else 4, spec=job, origin=origin,
+    )

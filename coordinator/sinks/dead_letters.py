@@ -1,0 +1,57 @@
+"""The dead letters an operator finds while processing (a window's late records), as a sink.
+
+They are an output of the epoch like any other, so they reach the catalog's
+``dead_letters`` table two-phase, exactly once, with the checkpoint that found
+them: staged with the checkpoint, inserted by its commit in the catalog's own
+transaction (the sink transaction's status guards a retry), deleted again by a
+rewind to an earlier checkpoint. Their ``segment`` is the operator's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from sqlalchemy import delete, insert
+from sqlalchemy.orm import Session
+
+from coordinator.catalog.models import DeadLetter
+from coordinator.sinks.base import SinkTarget
+
+SCHEMA = pa.schema([("partition", pa.string()), ("offset", pa.int64()), ("reason", pa.string()),
+                    ("payload", pa.string())])
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """The catalog's dead letters of one operator."""
+
+    operator: str
+
+    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+        return DeadLetterTarget(self.operator)
+
+
+class DeadLetterTarget:
+    in_catalog = True
+    key = None
+    schema = SCHEMA
+
+    def __init__(self, operator: str) -> None:
+        self.operator = operator
+
+    def describe(self) -> str:
+        return f"the catalog's dead letters of operator {self.operator}"
+
+    def commit_in(self, s: Session, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> bool:
+        if rows.num_rows:
+            s.execute(insert(DeadLetter), [
+                {"job": job, "checkpoint_id": checkpoint_id, "partition": r["partition"], "segment": self.operator,
+                 "offset": r["offset"], "reason": r["reason"], "payload": r["payload"]}
+                for r in rows.to_pylist()])
+        return True
+
+    def revert_in(self, s: Session, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+        return s.execute(delete(DeadLetter).where(
+            DeadLetter.job == job, DeadLetter.segment == self.operator, DeadLetter.checkpoint_id > checkpoint_id,
+        )).rowcount

@@ -1,0 +1,202 @@
+"""A declared job (``absreplay.api``) run one epoch at a time: every operator, in declared order.
+
+``Dataflow.epoch`` takes every stateful operator's state n-1 and epoch n's
+records of every source, and returns state n of each (rows changed by the
+epoch stamped ``updated = n``), each sink's output, and each window's
+watermark. The operators (``spark_jobs.keyed_operators``):
+
+- stateless map / filter / flat_map: the user's DataFrame functions;
+- keyed aggregate: one union of the state and the records' contributions, then
+  one aggregation per key (one shuffle, partial aggregation before it); emits
+  the changed rows;
+- keyed process function: the state rows of the keys the epoch touches with
+  the records; its rows replace those keys'; emits them;
+- event-time window, two-input join: ``spark_jobs.keyed_operators``;
+- iterate: head and body round by round, each round materialized, until
+  ``max_rounds`` or until nothing circulates (the back-edge log).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from coordinator.jobs import JobDefinition, StateSpec
+from coordinator.types import ddl
+from spark_jobs import keyed_operators as ko
+from spark_jobs.record_parsing import record_schema
+from spark_jobs.spark_types import spark_schema
+
+
+@dataclass
+class EpochOutput:
+    states: dict[str, DataFrame]
+    #: sink name -> the epoch's output (sinks fed by a keyed operator's state read its snapshot instead)
+    outputs: dict[str, DataFrame] = field(default_factory=dict)
+    back_edge: DataFrame | None = None
+    watermarks: dict[str, int | None] = field(default_factory=dict)
+
+
+class Dataflow:
+    def __init__(self, job: JobDefinition) -> None:
+        self.job = job
+        self.spec = job.spec
+        self.nodes = {n.name: n for n in self.spec.nodes}
+        self.loop = next((n for n in self.spec.nodes if n.kind == "iterate"), None)
+        self._schemas: dict[str, StructType] = {}
+
+    # -- what the runner asks -----------------------------------------------------------------------
+    @property
+    def is_iterative(self) -> bool:
+        return self.loop is not None
+
+    @property
+    def needs_sequence_numbers(self) -> bool:
+        """Windows and joins keep records' source positions (dead letters, a buffered record's identity);
+        structured formats parse every line; the others read plain lines, faster."""
+        return any(n.kind in ("window", "join") for n in self.spec.nodes)
+
+    @cached_property
+    def back_edge_schema(self) -> StructType:
+        return spark_schema(tuple((c, ddl(t)) for c, t in self.loop.loop.back_edge.items()))
+
+    @property
+    def back_edge_key(self) -> str:
+        return self.loop.loop.back_edge_key
+
+    def state_schema(self, spark: SparkSession, operator: str) -> StructType:
+        spec = self.job.state(operator)
+        if spec.columns is not None:
+            return spark_schema(spec.columns)
+        if operator not in self._schemas:
+            self._dry_run(spark)
+        return self._schemas[operator]
+
+    def empty_state(self, spark: SparkSession, operator: str) -> DataFrame:
+        return spark.createDataFrame([], self.state_schema(spark, operator))
+
+    def _dry_run(self, spark: SparkSession) -> None:
+        """Every operator's output schema from empty inputs (Spark analysis only, no job runs): what a
+        join's state holds depends on the user's functions before it."""
+        empty = {name: spark.createDataFrame([], record_schema(fmt, self.needs_sequence_numbers))
+                 for name, fmt in self.job.sources}
+        states = {st.operator: None for st in self.job.states}
+        self.epoch(spark, states, empty, None, {}, 0, 1, dry=True)
+
+    # -- one epoch ----------------------------------------------------------------------------------
+    def epoch(self, spark: SparkSession, states: dict[str, DataFrame | None], records: dict[str, DataFrame],
+              back_edge: DataFrame | None, watermarks: dict[str, int | None], checkpoint_id: int,
+              max_rounds: int | None, dry: bool = False) -> EpochOutput:
+        streams: dict[str, DataFrame] = {}
+        out = EpochOutput(states={})
+        for node in self.spec.nodes:
+            ins = [streams[i] for i in node.inputs]
+            if node.kind == "source":
+                streams[node.name] = records[node.name]
+            elif node.kind in ("map", "filter", "flat_map"):
+                streams[node.name] = node.fn(ins[0])
+            elif node.kind == "sink":
+                spec = next(s for s in self.job.sinks if s.name == node.name)
+                if not spec.from_state:
+                    cols = [c for c, _ in spec.columns]
+                    out.outputs[node.name] = ins[0].select(*cols)
+            else:
+                spec = self.job.state(node.name)
+                state = states[node.name]
+                if state is None:  # a dry run: no state yet, only schemas
+                    state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
+                new_state, emitted = self._keyed(spark, node, spec, state, ins, back_edge, watermarks, out,
+                                                 checkpoint_id, max_rounds, dry)
+                out.states[node.name] = new_state
+                streams[node.name] = emitted
+                if dry:
+                    self._schemas[node.name] = new_state.schema
+        return out
+
+    def _keyed(self, spark: SparkSession, node: Any, spec: StateSpec, state: DataFrame | None,
+               ins: list[DataFrame], back_edge: DataFrame | None, watermarks: dict[str, int | None],
+               out: EpochOutput, checkpoint_id: int, max_rounds: int | None,
+               dry: bool) -> tuple[DataFrame, DataFrame]:
+        columns = None if spec.columns is None else [c for c, _ in spec.columns]
+        if node.kind == "aggregate":
+            new = ko.aggregate(state, ins[0], node, columns, checkpoint_id)
+            return new, new.where(F.col("updated") == F.lit(checkpoint_id))
+        if node.kind == "process":
+            new = ko.process(state, ins[0], node, columns, checkpoint_id)
+            return new, new.where(F.col("updated") == F.lit(checkpoint_id))
+        if node.kind == "window":
+            new, emitted, late, mark = ko.window(state, ins[0], node, columns, watermarks.get(node.name),
+                                                 checkpoint_id, dry)
+            out.watermarks[node.name] = mark
+            out.outputs[f"{node.name}_late"] = late
+            return new, emitted
+        if node.kind == "join":
+            return ko.join(state, ins[0], ins[1], node, checkpoint_id)
+        new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, 1 if dry else max_rounds)
+        return new, new.where(F.col("updated") == F.lit(checkpoint_id))
+
+    def _loop(self, spark: SparkSession, state: DataFrame, records: DataFrame, back_edge: DataFrame | None,
+              checkpoint_id: int, max_rounds: int | None) -> tuple[DataFrame, DataFrame]:
+        loop = self.loop.loop
+        columns = [c for c, _ in self.job.state(self.loop.name).columns]
+        inputs: DataFrame | None = records
+        messages = back_edge
+        rounds = 0
+        while True:
+            merged = loop.head(state, inputs, messages, checkpoint_id).localCheckpoint(eager=True)
+            state = merged.select(*columns)
+            # counted in the pass that materializes them: no extra job per round
+            sent = Observation()
+            messages = loop.body(merged).select(*self.back_edge_schema.fieldNames())
+            messages = messages.observe(sent, F.count(F.lit(1)).alias("n")).localCheckpoint(eager=True)
+            inputs, rounds = None, rounds + 1
+            if (max_rounds is not None and rounds >= max_rounds) or not sent.get["n"]:
+                return state, messages
+
+    def quiesce(self, spark: SparkSession, state: DataFrame, back_edge: DataFrame, checkpoint_id: int) -> DataFrame:
+        """State n with back-edge log n fed back and the loop run until nothing circulates, no new input:
+        what a checkpoint of a job with a loop means (what it converges to before any new record)."""
+        no_records = self.stream_of(spark, self.loop.inputs[0],
+                                    {n: spark.createDataFrame([], record_schema(f, self.needs_sequence_numbers))
+                                     for n, f in self.job.sources})
+        return self._loop(spark, state, no_records, back_edge, checkpoint_id, None)[0]
+
+    def stream_of(self, spark: SparkSession, name: str, records: dict[str, DataFrame]) -> DataFrame:
+        """The stateless stream ``name`` (a source or a chain of stateless operators) over ``records``."""
+        node = self.nodes[name]
+        if node.kind == "source":
+            return records[name]
+        return node.fn(self.stream_of(spark, node.inputs[0], records))
+
+
+_CACHE: dict[int, Dataflow] = {}
+
+
+def dataflow_of(job: JobDefinition) -> Dataflow:
+    """The runtime of a declared job (one per declaration)."""
+    if job.spec is None:
+        raise ValueError(f"job {job.name!r} has no declaration to run (absreplay.api.Job.definition())")
+    key = id(job.spec)
+    if key not in _CACHE:
+        _ship_by_value(job.spec)
+        _CACHE[key] = Dataflow(job)
+    return _CACHE[key]
+
+
+def _ship_by_value(spec: Any) -> None:
+    """A job from the jobs folder is no package executors could import: its functions (a pandas
+    UDF's, say) travel pickled by value instead."""
+    from pyspark import cloudpickle
+
+    from absreplay.job_discovery import FOLDER_PACKAGE
+
+    for node in spec.nodes:
+        module = sys.modules.get(getattr(node.fn, "__module__", "") or "")
+        if module is not None and module.__name__.startswith(FOLDER_PACKAGE + "."):
+            cloudpickle.register_pickle_by_value(module)

@@ -1,0 +1,167 @@
+"""The built-in keyed operators, one epoch each: state n-1 and the epoch's records -> state n, output.
+
+Every new or changed state row carries ``updated = n``. All of them are
+DataFrame operations (joins, unions, aggregations), never per-record Python.
+
+- aggregate: union the state with each record's contributions, aggregate per key.
+- process: the user's function over the touched keys' state rows and the records.
+- window: each record is assigned the windows containing its event time; those
+  already emitted (their end plus the allowed lateness is at or before the
+  watermark of the epoch before) do not take it, and a record with no window
+  left is a dead letter. The watermark then moves to the largest event time so
+  far minus the delay, and every window it passes is emitted once and leaves
+  the state.
+- join: the other side's latest row per key (highest source offset) is kept; a
+  record of this side is emitted with it, or waits in the state until it comes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.spark_types import spark_type
+
+LATE_COLUMNS = ("partition", "offset", "reason", "payload")
+
+
+def _parts(name: str, agg: Any) -> list[tuple[str, Column, Any]]:
+    """(state column, a record's contribution, the aggregate that folds them) of one aggregate."""
+    t = spark_type(agg.type)
+    one = F.lit(1).cast("long")
+    if agg.kind == "count":
+        return [(name, one, F.sum)]
+    if agg.kind == "mean":
+        return [(f"{name}__sum", F.col(agg.column).cast("double"), F.sum), (f"{name}__count", one, F.sum),
+                (name, F.lit(None).cast("double"), F.first)]
+    if agg.kind == "combine":
+        return [(name, agg.value().cast(t), agg.merge)]
+    merge = {"sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
+    return [(name, F.col(agg.column).cast(t), merge)]
+
+
+def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra: list[Column],
+          columns: list[str], checkpoint_id: int) -> DataFrame:
+    """Union the state with the rows' contributions and aggregate per ``group``: one shuffle."""
+    contributions: list[Column] = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key] + extra
+    merges: list[Column] = []
+    means = []
+    for name, agg in node.aggregates.items():
+        for column, value, merge in _parts(name, agg):
+            contributions.append(value.alias(column))
+            merges.append(merge(F.col(column)).alias(column))
+        if agg.kind == "mean":
+            means.append(name)
+    contributions.append(F.lit(checkpoint_id).cast("long").alias("updated"))
+    merged = state.unionByName(rows.select(*contributions)).groupBy(*group).agg(
+        *merges, F.max("updated").alias("updated"))
+    for name in means:
+        merged = merged.withColumn(name, F.col(f"{name}__sum") / F.col(f"{name}__count"))
+    return merged.select(*columns)
+
+
+def aggregate(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int) -> DataFrame:
+    return _fold(state, rows, node, list(node.key_names), [], columns, checkpoint_id)
+
+
+def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int) -> DataFrame:
+    keys = list(node.key_names)
+    touched = rows.select(*keys).distinct()
+    current = state.join(touched, keys, "left_semi").drop("updated")
+    values = [c for c in columns if c not in (*keys, "updated")]
+    fresh = node.fn(current, rows).select(
+        *[F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], *values,
+        F.lit(checkpoint_id).cast("long").alias("updated"),
+    ).localCheckpoint(eager=True)
+    kept = state.join(fresh.select(*keys), keys, "left_anti")
+    return kept.unionByName(fresh.select(*columns))
+
+
+def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mark: int | None,
+           checkpoint_id: int, dry: bool) -> tuple[DataFrame, DataFrame, DataFrame, int | None]:
+    """(state n, the windows emitted, the late records as dead letters, the watermark after the epoch)."""
+    size, slide, lateness = node.window.size_ms, node.window.slide_ms, node.lateness_ms
+    t = F.col(node.time).cast("long")
+    last = F.floor(t / slide).cast("long") * slide  # the latest window holding t starts here
+    first = (F.floor((t - size) / slide).cast("long") + 1) * slide
+    assigned = rows.withColumn("window_start", F.explode(F.sequence(first, last, F.lit(slide).cast("long"))))
+    if mark is not None:
+        assigned = assigned.where(F.col("window_start") + size + lateness > mark)
+    contributions = [F.col("window_start"), (F.col("window_start") + size).alias("window_end")]
+    merged = _fold(state, assigned, node, [*node.key_names, "window_start", "window_end"], contributions,
+                   columns, checkpoint_id)
+    if dry:
+        empty = rows.limit(0)
+        return merged, merged.select(*_emitted(columns)), _late(empty, node, F.lit(0), mark), mark
+    merged = merged.localCheckpoint(eager=True)
+    before = mark
+    newest = rows.agg(F.max(t)).first()[0]
+    if newest is not None:
+        mark = max(mark, newest - node.delay_ms) if mark is not None else newest - node.delay_ms
+    fired = (F.col("window_end") + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
+    late = rows.limit(0) if before is None else rows.where(last + size + lateness <= F.lit(before))
+    emitted = merged.where(fired).select(*_emitted(columns))
+    return merged.where(~fired), emitted, _late(late, node, last + size, before), mark
+
+
+def _emitted(columns: list[str]) -> list[str]:
+    return [c for c in columns if "__" not in c and c != "updated"]
+
+
+def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFrame:
+    has = set(late.columns)
+    payload = F.to_json(F.struct(*[F.col(c) for c in late.columns if not c.startswith("_")]))
+    reason = F.format_string(
+        f"late for {node.name}: event time %d is in window(s) ending by %d, all emitted already: the watermark "
+        f"was {mark} (delay {node.delay_ms} ms, allowed lateness {node.lateness_ms} ms)",
+        F.col(node.time).cast("long"), ends)
+    return late.select(
+        (F.col("_partition") if "_partition" in has else F.lit(node.name)).alias("partition"),
+        (F.col("_seq") if "_seq" in has else F.lit(-1).cast("long")).alias("offset"),
+        reason.alias("reason"), payload.alias("payload"),
+    )
+
+
+def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
+         checkpoint_id: int) -> tuple[DataFrame, DataFrame]:
+    keys = list(node.key_names)
+    right = right.select(*[F.col(r).alias(k) for (r, _), k in zip(node.state, keys, strict=True)],
+                         *[c for c in right.columns if c not in {r for r, _ in node.state}])
+    if "_seq" not in left.columns:
+        left = left.withColumn("_seq", F.xxhash64(*left.columns))
+    if "_partition" not in left.columns:
+        left = left.withColumn("_partition", F.lit(""))
+    order = [c for c in ("_seq", "_partition") if c in right.columns]
+    right = right.drop(*[c for c in ("_seq", "_partition") if c not in order])
+    position = {"_partition", "_seq"}
+    left_values = [c for c in left.columns if c not in (*keys, *position)]
+    renamed = {c: (f"{c}_right" if c in left_values else c) for c in right.columns if c not in (*keys, *position)}
+    right_values = list(renamed.values())
+    types = {**{c: t for c, t in left.dtypes}, **{renamed[c]: t for c, t in right.dtypes if c in renamed}}
+
+    def as_state(df: DataFrame, side: str, updated: Column) -> DataFrame:
+        have = set(df.columns)
+        return df.select(*keys, F.lit(side).alias("_side"),
+                         (F.col("_partition") if "_partition" in have else F.lit("")).alias("_partition"),
+                         (F.col("_seq") if "_seq" in have else F.lit(0).cast("long")).alias("_seq"),
+                         *[(F.col(c) if c in have else F.lit(None).cast(types[c])).alias(c)
+                           for c in (*left_values, *right_values)],
+                         updated.alias("updated"))
+
+    stamp = F.lit(checkpoint_id).cast("long")
+    newest = right.select(*keys, *[F.col(c).alias(n) for c, n in renamed.items()],
+                          F.struct(*[F.col(c) for c in order] or [F.lit(0)]).alias("_order"))
+    latest = newest.groupBy(*keys).agg(F.max_by(F.struct(*right_values), "_order").alias("r")).select(
+        *keys, "r.*")
+    if state is None:
+        state = as_state(left.limit(0), "L", stamp)
+    prev_right, prev_left = state.where(F.col("_side") == "R"), state.where(F.col("_side") == "L")
+    fresh_right = as_state(latest, "R", stamp)
+    right_all = prev_right.join(latest.select(*keys), keys, "left_anti").unionByName(fresh_right)
+    left_all = prev_left.unionByName(as_state(left, "L", stamp))
+    table = right_all.select(*keys, *right_values).localCheckpoint(eager=True)
+    matched = left_all.select(*keys, *left_values, "_partition", "_seq").join(table, keys, "inner")
+    waiting = left_all.join(table.select(*keys), keys, "left_anti")
+    return right_all.unionByName(waiting), matched

@@ -1,0 +1,41 @@
+"""A source's lines as records with the columns its format declares (``coordinator.record_formats``).
+
+Text: the column ``line``. JSON lines and CSV: the declared fields, parsed by
+Spark (``from_json`` / ``from_csv``) from lines inject already checked, so
+every one parses. With source positions (windows and joins need them), each
+record also has ``_partition`` and ``_seq`` (its offset in the partition).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from coordinator.record_formats import Csv, JsonLines, RecordFormat
+from spark_jobs.spark_types import spark_schema
+
+POSITION = (StructField("_partition", StringType(), False), StructField("_seq", LongType(), False))
+
+
+def record_schema(fmt: RecordFormat, positions: bool) -> StructType:
+    if isinstance(fmt, JsonLines | Csv):
+        fields = list(spark_schema(fmt.fields, nullable=True).fields)
+    else:
+        fields = [StructField("line", StringType(), True)]
+    return StructType(fields + (list(POSITION) if positions else []))
+
+
+def parse(fmt: RecordFormat, lines: DataFrame) -> DataFrame:
+    """Records from ``lines`` (``line``, and ``partition`` / ``seq`` when read with positions)."""
+    positions = [F.col("partition").alias("_partition"), F.col("seq").alias("_seq")] \
+        if "seq" in lines.columns else []
+    if isinstance(fmt, JsonLines):
+        parsed = F.from_json(F.col("line"), spark_schema(fmt.fields, nullable=True))
+    elif isinstance(fmt, Csv):
+        ddl = ", ".join(f"`{c}` {t}" for c, t in fmt.fields)
+        parsed = F.from_csv(F.col("line"), ddl, {"sep": fmt.delimiter})
+    else:
+        return lines.select("line", *positions)
+    return lines.select(parsed.alias("r"), *positions).select("r.*", *[c for c in ("_partition", "_seq")
+                                                                        if positions])

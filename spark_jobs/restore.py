@@ -1,0 +1,118 @@
+"""Restore a checkpoint: every stateful operator's keyed state, its windows' watermarks and the
+back-edge log, each file checked against its ack (``StateIntegrityError`` names a bad one)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+
+from coordinator import rescale, state_chain
+from coordinator.errors import StateIntegrityError
+from coordinator.jobs import JobDefinition
+from coordinator.state_chain import ChainLink
+from coordinator.store import CheckpointStore
+from spark_jobs import back_edge_log, keyed_state
+from spark_jobs.dataflow import Dataflow
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stdout, flush=True)
+
+
+@dataclass
+class Restored:
+    """Restored operator state, verified: where it comes from and the files it was read from."""
+
+    checkpoint_id: int | None
+    #: operator -> its state
+    states: dict[str, DataFrame]
+    #: operator -> its chain of files
+    links: dict[str, list[ChainLink]]
+    #: operator -> the longest chain of snapshots since a full one
+    chain_lengths: dict[str, int]
+    #: subtask -> the checkpoint its state is at (later than checkpoint_id after a partial recovery)
+    heads: dict[int, int]
+    #: jobs with a loop: back-edge log of checkpoint_id (verified), the loop head's first input
+    back_edge: DataFrame | None = None
+    back_edge_records: int = 0
+    #: the parallelism checkpoint_id was taken at (None: no checkpoint)
+    parallelism: int | None = None
+    #: window operator -> its watermark at checkpoint_id
+    watermarks: dict[str, int | None] = field(default_factory=dict)
+
+    def behind(self, checkpoint_id: int, parallelism: int) -> frozenset[int]:
+        """Subtasks that must process epoch ``checkpoint_id`` (the others are already past it)."""
+        base = self.checkpoint_id or 0
+        return frozenset(i for i in range(parallelism) if self.heads.get(i, base) < checkpoint_id)
+
+    @property
+    def state(self) -> DataFrame:
+        """The state of a job's first stateful operator."""
+        return next(iter(self.states.values()))
+
+
+class StateRestorer:
+    def __init__(self, spark: SparkSession, store: CheckpointStore, job: JobDefinition, flow: Dataflow,
+                 max_parallelism: int) -> None:
+        self.spark, self.store, self.job, self.flow = spark, store, job, flow
+        self.max_parallelism = max_parallelism
+
+    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
+        """State at ``checkpoint_id``, checked file by file.
+
+        Every subtask that acked the checkpoint is read, whatever the parallelism it was taken at:
+        each operator's state is one DataFrame, and each key's subtask is computed by the run's
+        key-group rule. ``heads`` (partial recovery, same parallelism, one stateful operator only):
+        subtasks whose state is at a later, pending checkpoint they acked before the failure."""
+        job = self.job
+        if checkpoint_id is None:
+            states = {st.operator: self.flow.empty_state(self.spark, st.operator) for st in job.states}
+            return Restored(None, states, {op: [] for op in states}, dict.fromkeys(states, 0), {},
+                            *self.restore_back_edge_log(None))
+        if heads and self.flow.is_iterative:
+            log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
+            heads = None
+        if heads and len(job.states) > 1:
+            log("  the job has several stateful operators, each upstream of the next: all of them restart")
+            heads = None
+        taken_at = rescale.taken_at(self.store, job.name, checkpoint_id, job.state_operator)
+        if taken_at != job.parallelism:
+            log(f"  checkpoint {checkpoint_id} was taken at parallelism {taken_at}, this run is at "
+                f"{job.parallelism}: every subtask's state is read and split by key groups "
+                f"({self.max_parallelism}); every task restarts and the next snapshot is full")
+            heads = None
+        acks = self.store.acks(job.name, checkpoint_id)
+        states, links, lengths = {}, {}, {}
+        all_heads: dict[int, int] = {}
+        for spec in job.states:
+            acked = sorted({a.subtask for a in acks if a.operator == spec.operator})
+            if acked != list(range(taken_at)):
+                raise StateIntegrityError(
+                    f"checkpoint {checkpoint_id} was taken at parallelism {taken_at}, but the catalog has acks "
+                    f"of {spec.operator} subtasks {acked}: its state is incomplete; recover from another "
+                    f"checkpoint (absreplay recover {job.name} --checkpoint N)")
+            op_heads = dict.fromkeys(acked, checkpoint_id) | (heads or {})
+            all_heads = op_heads
+            links[spec.operator], lengths[spec.operator] = state_chain.chain(self.store, job.name, spec.operator,
+                                                                            op_heads)
+            schema = self.flow.state_schema(self.spark, spec.operator)
+            states[spec.operator] = keyed_state.restore(self.spark, schema, spec.key, links[spec.operator],
+                                                        job.parallelism, spec.identity)
+        watermarks = {}
+        for spec in job.states:
+            if spec.kind == "window":
+                marks = [a.watermark for a in acks if a.operator == spec.operator and a.watermark is not None]
+                watermarks[spec.operator] = max(marks) if marks else None
+        return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
+                        parallelism=taken_at, watermarks=watermarks)
+
+    def restore_back_edge_log(self, checkpoint_id: int | None) -> tuple[DataFrame | None, int]:
+        """Back-edge log ``checkpoint_id`` of a job with a loop, checked against the catalog, and its
+        record count; (None, 0) for an acyclic job. It is the loop head's first input on resume."""
+        if not self.flow.is_iterative:
+            return None, 0
+        if checkpoint_id is None:
+            return back_edge_log.empty(self.spark, self.flow), 0
+        return back_edge_log.restore(self.spark, self.store, self.job, self.flow, checkpoint_id)
