@@ -163,15 +163,6 @@ def jobs_table(found: Found, store: CheckpointStore | None, catalog_url: str) ->
     return table
 
 
-def broken_table(found: Found) -> Table:
-    table = Table(title="job files that failed to load", title_style="bold red")
-    table.add_column("found in")
-    table.add_column("error")
-    for b in found.broken:
-        table.add_row(Text(b.origin), Text(b.error))
-    return table
-
-
 def print_listing(out: Console, found: Found, store: CheckpointStore | None, catalog_url: str) -> None:
     if found.jobs:
         out.print(jobs_table(found, store, catalog_url))
@@ -182,4 +173,7 @@ def print_listing(out: Console, found: Found, store: CheckpointStore | None, cat
         out.print(f"catalog {safe_url(catalog_url)} has no schema yet: `absreplay db upgrade` creates it",
                   markup=False)
     if found.broken:
-        out.print(broken_table(found))
+        # a line each, never folded by rich: a path and its error stay copyable and greppable
+        out.print(Text("job files that failed to load", style="bold red"))
+        for b in found.broken:
+            out.print(Text(f"  {b.origin}: {b.error}"), soft_wrap=True)
