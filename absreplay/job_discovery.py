@@ -172,8 +172,9 @@ def get_job(name: str) -> JobDefinition:
 
 def jobs_for_dags() -> list[JobDefinition]:
     """The jobs a DAG file makes DAGs for; each broken job file is a warning the DagBag keeps for
-    that DAG file (``DagBag.captured_warnings``, shown by ``airflow dags list-import-errors``'s
-    neighbour, the DAG processor's log), while every other job still gets its DAGs."""
+    that DAG file (``DagBag.captured_warnings``), while every other job still gets its DAGs.
+    Airflow 3.3 re-emits them into the DAG processor's log (logger ``py.warnings``) but neither
+    stores them for its UI nor prints them in ``airflow dags report``: ``absreplay jobs`` lists them."""
     found = discover()
     for broken in found.broken:
         warnings.warn(f"absreplay: job file {broken.origin} failed to load: {broken.error}", stacklevel=2)
