@@ -12,11 +12,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from absreplay import report, state_commands, views
-from absreplay.context import JobContext, job_context, open_store
+from absreplay import job_listing, report, state_commands, views
+from absreplay.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
-from absreplay.job_discovery import discover
+from absreplay.job_discovery import discover, jobs_folder
 from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.policy import TriggerDecision
 from coordinator.settings import Settings
@@ -63,10 +63,19 @@ def db_upgrade() -> None:
 
 
 @app.command()
-def jobs() -> None:
-    """List the jobs ABS Replay can run, with their catalog state."""
-    store = open_store(Settings.from_env())
-    out.print(views.jobs_table(store, discover().jobs))
+def jobs(
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document instead of tables")] = False,
+) -> None:
+    """The jobs found (installed packages' absreplay.jobs entry points, the files of ABS_JOBS_DIR): where,
+    their graph, sinks and catalog state; then the job files that failed to load, with their errors."""
+    settings = Settings.from_env()
+    jobs_folder()  # set but no directory: exit 2
+    store = open_store_if_migrated(settings)  # a malformed or unreachable catalog: exit 2
+    found = discover()
+    if as_json:
+        sys.stdout.write(json.dumps(job_listing.as_json(found, store, settings.database_url), indent=2) + "\n")
+        return
+    job_listing.print_listing(out, found, store, settings.database_url)
 
 
 @app.command()

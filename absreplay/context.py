@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.coordinator import CheckpointCoordinator
+from coordinator.errors import CatalogNotMigratedError
 from absreplay.job_discovery import get_job
 from coordinator.jobs import JobDefinition
 from coordinator.settings import Settings
@@ -24,6 +25,15 @@ def open_store(settings: Settings) -> CheckpointStore:
     engine = make_engine(settings.database_url)
     ensure_migrated(engine)
     return CheckpointStore(engine)
+
+
+def open_store_if_migrated(settings: Settings) -> CheckpointStore | None:
+    """The store, or None when the catalog is reachable but has no schema yet: a command that lists
+    declarations works without one. A malformed URL or an unreachable database raises as in open_store."""
+    try:
+        return open_store(settings)
+    except CatalogNotMigratedError:
+        return None
 
 
 def job_context(job_name: str, settings: Settings | None = None) -> JobContext:

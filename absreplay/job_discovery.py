@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 from absreplay.api import Job
-from coordinator.errors import UnknownJobError
+from coordinator.errors import ConfigError, UnknownJobError
 from coordinator.jobs import JobDefinition
 
 GROUP = "absreplay.jobs"
@@ -49,7 +49,11 @@ class Found:
     packages: set[str] = field(default_factory=set)
 
     def add(self, origin: str, found: object) -> None:
-        declared = [found] if isinstance(found, Job) else list(found)
+        declared = [found] if isinstance(found, Job) else _as_jobs(found)
+        if declared is None:
+            self.broken.append(BrokenJob(origin, f"it gives a {type(found).__name__}, not a Job, a module of "
+                                                 "Jobs or a function returning Jobs"))
+            return
         for job in declared:
             try:
                 definition = job.definition(origin)
@@ -63,14 +67,26 @@ class Found:
             self.jobs[job.name] = definition
 
 
+def _as_jobs(found: object) -> list[Job] | None:
+    try:
+        declared = list(found)  # type: ignore[call-overload]
+    except TypeError:
+        return None
+    return declared if all(isinstance(job, Job) for job in declared) else None
+
+
 def jobs_in(module: ModuleType) -> list[Job]:
     return [v for k, v in vars(module).items() if isinstance(v, Job) and not k.startswith("_")]
 
 
 def _one_line(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" ({Path(last.filename).name}, line {last.lineno})" if last else ""
+    """``Type: first line (file, line N)``: the innermost frame of user code, not of the import
+    machinery (``<frozen importlib...>``); a SyntaxError's own text names its file and line."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, SyntaxError):
+        return f"{exc.__class__.__name__}: {first}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    where = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
     return f"{exc.__class__.__name__}: {first}{where}"
 
 
@@ -119,6 +135,18 @@ def _from_folder(found: Found, folder: Path) -> None:
         found.add(str(path), jobs_in(module))
 
 
+def jobs_folder() -> Path | None:
+    """``$ABS_JOBS_DIR`` (None: unset), for a command that lists jobs: ConfigError (exit 2) when it
+    names no directory. Discovery itself lists that as a broken origin instead, so the DAG files load."""
+    folder = os.environ.get(JOBS_DIR_ENV, "")
+    if not folder:
+        return None
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"{JOBS_DIR_ENV}={folder} is not a directory: point it at the folder of your job files")
+    return path
+
+
 _FOUND: dict[str, Found] = {}
 
 
@@ -144,8 +172,9 @@ def get_job(name: str) -> JobDefinition:
 
 def jobs_for_dags() -> list[JobDefinition]:
     """The jobs a DAG file makes DAGs for; each broken job file is a warning the DagBag keeps for
-    that DAG file (``DagBag.captured_warnings``, shown by ``airflow dags list-import-errors``'s
-    neighbour, the DAG processor's log), while every other job still gets its DAGs."""
+    that DAG file (``DagBag.captured_warnings``), while every other job still gets its DAGs.
+    Airflow 3.3 re-emits them into the DAG processor's log (logger ``py.warnings``) but neither
+    stores them for its UI nor prints them in ``airflow dags report``: ``absreplay jobs`` lists them."""
     found = discover()
     for broken in found.broken:
         warnings.warn(f"absreplay: job file {broken.origin} failed to load: {broken.error}", stacklevel=2)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from coordinator import rescale
 from coordinator.coordinator import FinalizeReport
-from coordinator.jobs import JobDefinition
-from coordinator.store import CheckpointStore
 
 
 def format_cut(cut: dict[str, int]) -> str:
@@ -21,28 +18,6 @@ def format_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
-
-
-def jobs_table(store: CheckpointStore, registry: dict[str, JobDefinition]) -> Table:
-    """Tasks and parallelism are the job row's (the graph its last run used), else the definition's."""
-    table = Table(title="jobs")
-    for col in ("job", "description", "tasks", "parallelism", "max parallelism", "registered", "last checkpoint",
-                "latest completed"):
-        table.add_column(col)
-    for name, definition in sorted(registry.items()):
-        row = store.job(name)
-        latest = store.latest_completed(name) if row else None
-        table.add_row(
-            name,
-            definition.description,
-            str(row.total_tasks if row else len(definition.execution_graph.tasks)),
-            str(rescale.graph_parallelism(row, definition.state_operator) if row else definition.parallelism),
-            str(row.max_parallelism) if row else "-",
-            "yes" if row else "no",
-            str(row.last_checkpoint_id) if row else "-",
-            str(latest.checkpoint_id) if latest else "-",
-        )
-    return table
 
 
 def history_table(job: str, rows: list[dict]) -> Table:

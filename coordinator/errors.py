@@ -35,6 +35,10 @@ class CatalogUnavailableError(UsageError):
     """The catalog database cannot be reached or is not migrated."""
 
 
+class CatalogNotMigratedError(CatalogUnavailableError):
+    """The catalog database is reachable but has no schema yet (``absreplay db upgrade``)."""
+
+
 class SourceError(UsageError):
     """The source directory layout is wrong (e.g. a partition that is a file)."""
 

@@ -16,7 +16,9 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.errors import CatalogBusyError, CatalogUnavailableError, ConfigError, as_user_error
+from coordinator.errors import (
+    CatalogBusyError, CatalogNotMigratedError, CatalogUnavailableError, ConfigError, as_user_error,
+)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
 
@@ -128,7 +130,7 @@ def ensure_migrated(engine: Engine) -> None:
             raise error from None
         raise CatalogUnavailableError(f"cannot read the catalog {safe_url(engine.url)}: {error}") from None
     if "checkpoints" not in tables:
-        raise CatalogUnavailableError(
+        raise CatalogNotMigratedError(
             f"catalog {safe_url(engine.url)} has no schema: run `absreplay db upgrade` first"
         )
 
