@@ -113,8 +113,8 @@ def job_json(job: JobDefinition, store: CheckpointStore | None, catalog_url: str
         "operators": graph["operators"],
         "edges": graph["edges"],
         "graph": graph_chains(job.graph),
-        "state_operator": job.state_operator,
-        "key": job.key,
+        "states": [{"operator": st.operator, "kind": st.kind, "key": list(st.key), "incremental": st.incremental}
+                   for st in job.states],
         "sinks": [
             {"name": s.name, "kind": type(s.declaration).__name__, "target": sink_target(s, catalog_url),
              "columns": [{"name": c, "type": t} for c, t in s.columns]}

@@ -78,9 +78,12 @@ def read_epoch(
     meta = spark.createDataFrame(
         [(s.partition, s.name, s.first_offset, s.records) for s in segments], SEGMENTS_SCHEMA
     )
+    # a partition is one directory, or two (<source>/<partition>) for a job with several sources
+    depth = 1 + segments[0].partition.count("/")
+    parts = F.split(F.col("_metadata.file_path"), "/")
     raw = spark.read.text(paths, wholetext=True).select(
-        F.element_at(F.split(F.col("_metadata.file_path"), "/"), -2).alias("partition"),
-        F.element_at(F.split(F.col("_metadata.file_path"), "/"), -1).alias("segment"),
+        F.array_join(F.slice(parts, -(depth + 1), depth), "/").alias("partition"),
+        F.element_at(parts, -1).alias("segment"),
         F.col("value"),
     )
     lines = raw.join(F.broadcast(meta), ["partition", "segment"]).select(

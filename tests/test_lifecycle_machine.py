@@ -54,8 +54,8 @@ class Lifecycle(RuleBasedStateMachine):
         # one catalog for the whole test, a fresh job per example: examples stay independent
         self.store = Lifecycle.store_
         self.job = JobDefinition(
-            name=f"j{next(_names)}", description="", graph=GRAPH, state_operator="count",
-            key="word", state_columns=WORDCOUNT.state_columns, sinks=WORDCOUNT.sinks, policy=CheckpointPolicy(retained=2),
+            name=f"j{next(_names)}", description="", graph=GRAPH, states=WORDCOUNT.states,
+            sinks=WORDCOUNT.sinks, policy=CheckpointPolicy(retained=2),
         )
         self.store.register_job(self.job)
         self.status: dict[int, CheckpointStatus] = {}

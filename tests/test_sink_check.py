@@ -13,6 +13,7 @@ from tests.helpers import make_workspace
 
 
 def claim(ws, marks: dict[str, int], rows: list[tuple], insert: str) -> None:
+    ws.job.sinks[0].target(ws.settings.database_url).prepare()  # the table a first commit would create
     with ws.store.engine.begin() as c:
         for p, o in marks.items():
             c.execute(text("INSERT INTO sink_watermarks (job, sink, partition, \"offset\", checkpoint_id) "

@@ -1,16 +1,37 @@
 """What a job declares a sink to be: the kind of target and where it is.
 
 A declaration holds no connection and no schema; ``target(schema, key, catalog_url)`` makes the
-``SinkTarget`` for the columns the job sends it (``coordinator.sinks.base``).
+``SinkTarget`` for the columns the job sends it (``coordinator.sinks.base``). Where a target is may
+name environment variables, read when the target is made: ``${NAME}`` or ``${NAME:-default}``
+(defaults may hold variables too), so one job file serves every environment.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from coordinator.errors import ConfigError
 from coordinator.sinks.base import SinkTarget
+
+_INNERMOST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
+
+
+def expand(text: str) -> str:
+    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (ConfigError, exit 2,
+    for a variable that is unset and has no default)."""
+    while True:
+        m = _INNERMOST.search(text)
+        if m is None:
+            return text
+        name, default = m.group(1), m.group(2)
+        value = os.environ.get(name) or default
+        if value is None:
+            raise ConfigError(f"sink location {text!r} names ${{{name}}}, which is not set")
+        text = text[:m.start()] + value + text[m.end():]
 
 
 @dataclass(frozen=True)
@@ -27,7 +48,7 @@ class SqlTable:
     def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.sql_table import SqlTableTarget
 
-        return SqlTableTarget(self.table, schema, key, self.url, catalog_url)
+        return SqlTableTarget(self.table, schema, key, expand(self.url) if self.url else None, catalog_url)
 
 
 @dataclass(frozen=True)
@@ -40,7 +61,7 @@ class ParquetDirectory:
     def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.parquet_dir import ParquetDirectory as Target
 
-        return Target(self.path, schema, key)
+        return Target(expand(self.path), schema, key)
 
 
 @dataclass(frozen=True)
@@ -54,7 +75,7 @@ class DeltaTable:
     def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.delta_table import DeltaTable as Target
 
-        return Target(self.uri, schema, key, dict(self.storage_options) or None)
+        return Target(expand(self.uri), schema, key, dict(self.storage_options) or None)
 
 
 SinkDeclaration = SqlTable | ParquetDirectory | DeltaTable

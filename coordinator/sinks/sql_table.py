@@ -39,7 +39,7 @@ class SqlTableTarget:
     def __init__(self, table: str, schema: pa.Schema, key: str | None, url: str | None, catalog_url: str) -> None:
         self.table, self.schema, self.key = table, schema, key
         self.url = url or catalog_url
-        self.in_catalog = url is None
+        self.in_catalog = not url
         self.columns = tuple(schema.names)
         self.values = tuple(c for c in self.columns if c != key)
         metadata = sa.MetaData()

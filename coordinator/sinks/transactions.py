@@ -121,6 +121,7 @@ def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Tab
         # rows, commit record, status and marks: one transaction of the catalog
         return target.commit_in(s, job, sink.name, checkpoint_id, rows)
     # the target's own commit record makes this idempotent if the catalog's change after it is lost
+    target.prepare()  # made from the declared columns when missing; another schema is refused by name
     return target.commit(job, sink.name, checkpoint_id, rows)
 
 
@@ -152,6 +153,7 @@ def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: 
     if getattr(target, "in_catalog", False):
         touched = target.revert_in(s, job, sink.name, checkpoint_id, rows)
     else:
+        target.prepare()
         touched = target.revert(job, sink.name, checkpoint_id, rows)
     set_watermarks(s, job, sink.name, cut, checkpoint_id)
     return touched
