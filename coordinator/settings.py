@@ -6,6 +6,7 @@ ABS_STATE_URI     state root (local path or Hadoop-compatible URI)
 ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
 ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
+ABS_JOBS_DIR      a folder of job files (``absreplay.job_discovery``; default: none)
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Settings:
     spark_master: str
     #: parallelism of processing runs unless one asks for another (None: the job's own)
     parallelism: int | None = None
+    #: a folder of job files ("": none)
+    jobs_dir: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -41,6 +44,7 @@ class Settings:
             state_uri=env.get("ABS_STATE_URI") or str(home / "state"),
             spark_master=env.get("ABS_SPARK_MASTER") or "local[*]",
             parallelism=_parallelism(env.get("ABS_PARALLELISM") or None),
+            jobs_dir=env.get("ABS_JOBS_DIR") or "",
         )
 
     def as_env(self) -> dict[str, str]:
@@ -52,6 +56,7 @@ class Settings:
             "ABS_SPARK_MASTER": self.spark_master,
             # empty: unset (the driver reads it like the other settings)
             "ABS_PARALLELISM": str(self.parallelism or ""),
+            "ABS_JOBS_DIR": self.jobs_dir,
         }
 
 

@@ -89,9 +89,10 @@ class Workspace:
 WORKSPACES: list[Workspace] = []
 
 
-def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None) -> Workspace:
+def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None, jobs_dir: str = "") -> Workspace:
     settings = Settings.from_env(
-        {"ABS_HOME": str(tmp_path / "home"), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]"}
+        {"ABS_HOME": str(tmp_path / "home"), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]",
+         "ABS_JOBS_DIR": jobs_dir}
     )
     store = CheckpointStore(make_engine(url))
     job = job or wordcount()

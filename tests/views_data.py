@@ -23,7 +23,9 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select, text
+
+from coordinator.catalog.db import make_engine
 
 from coordinator.catalog.models import DeadLetter, SinkWatermark, TaskAck
 
@@ -138,7 +140,7 @@ def check(store, job: str, input_dir: Path, sinks: dict[str, pa.Table]) -> dict[
 
 
 def postgres_rows(url: str) -> pa.Table:
-    engine = create_engine(url)
+    engine = make_engine(url)
     with engine.connect() as c:
         rows = c.execute(text("SELECT country, page, window_start, views, ms FROM views_per_minute")).mappings().all()
     engine.dispose()
