@@ -135,3 +135,33 @@ def test_barriers_keep_coming_while_epochs_fail_and_the_next_run_catches_up_in_o
     assert barrier_events()[events_before:] == [1, 2, 3, 4]
     out, err = capfd.readouterr()
     assert "Spark-Submit cmd" in out + err and PASSWORD not in out + err
+
+
+def test_a_job_from_the_jobs_folder_gets_dags_that_run_it_exactly_once(
+    ws: Workspace, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/jobs/views_by_country.py, found through ABS_JOBS_DIR: its barrier DAG injects, its epochs
+    DAG spark-submits the job's code (from the jobs folder, not a package) and commits both sinks,
+    twice, and nothing is lost or counted twice."""
+    from absreplay.job_discovery import get_job
+    from tests import views_data
+
+    jobs = str(Path(__file__).parent / "jobs")
+    monkeypatch.setenv("ABS_JOBS_DIR", jobs)
+    monkeypatch.setenv("VIEWS_SQL_URL", pg_url)
+    monkeypatch.setenv("VIEWS_DELTA", str(tmp_path / "delta" / "views"))
+    bag = DagBag(dag_folder=dags_folder())
+    assert bag.import_errors == {}
+    views = make_workspace(tmp_path / "views", pg_url, get_job("views_by_country"), jobs_dir=jobs)
+    monkeypatch.setenv("ABS_DATA_DIR", str(views.settings.data_dir))
+    for task in bag.dags["abs_views_by_country_epochs"].tasks:
+        task.retry_delay = timedelta(seconds=1)
+    for batch in range(2):
+        views_data.land(views.input_dir, batch)
+        assert bag.dags["abs_views_by_country_barriers"].test().state == "success"
+        assert bag.dags["abs_views_by_country_epochs"].test().state == "success"
+    assert statuses(views) == {1: "COMPLETED", 2: "COMPLETED"}
+    sinks = {s.name: s.target(pg_url).read() for s in views.job.sinks if not s.name.endswith("_late")}
+    assert views_data.check(views.store, "views_by_country", views.input_dir, sinks) == {
+        "to_postgres": (0, 0), "to_delta": (0, 0)}
+    assert sinks["to_delta"].num_rows > 0
