@@ -138,11 +138,11 @@ def test_barriers_keep_coming_while_epochs_fail_and_the_next_run_catches_up_in_o
 
 
 def test_a_job_from_the_jobs_folder_gets_dags_that_run_it_exactly_once(
-    ws: Workspace, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    dags: dict, ws: Workspace, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """tests/jobs/views_by_country.py, found through ABS_JOBS_DIR: its barrier DAG injects, its epochs
     DAG spark-submits the job's code (from the jobs folder, not a package) and commits both sinks,
-    twice, and nothing is lost or counted twice."""
+    twice, and nothing is lost or counted twice (``dags``: the Airflow database is migrated)."""
     from absreplay.job_discovery import get_job
     from tests import views_data
 
