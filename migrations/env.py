@@ -15,7 +15,7 @@ target_metadata = Base.metadata
 # the audit views are created by the migrations, not the models; sink tables by their sinks
 # (coordinator.sinks.sql_table), in the catalog database or elsewhere: neither is the models' business
 def include_object(obj, name, type_, reflected, compare_to):
-    if type_ == "table" and (name in ("snapshot_history", "checkpoint_stats") or (reflected and compare_to is None)):
+    if type_ == "table" and (name in ("snapshot_history", "checkpoint_stats", "operator_stats") or (reflected and compare_to is None)):
         return False
     return True
 

@@ -61,7 +61,15 @@ def test_run_verify_and_rewind_through_the_command_line(views, spark, pg_url) ->
     assert windows(ws) > 10
     with ws.store.engine.connect() as c:
         late = c.execute(text("SELECT count(*) FROM dead_letters WHERE segment = 'per_minute'")).scalar()
+        operators = dict(c.execute(text(
+            "SELECT operator, acked_subtasks FROM operator_stats WHERE checkpoint_id = 3")).all())
+        watermark = c.execute(text("SELECT watermark FROM operator_stats WHERE checkpoint_id = 3 "
+                                   "AND operator = 'per_minute'")).scalar()
     assert late > 0  # the far-behind views: dead letters, with their reason
+    # every operator acked, each with its own state: the audit shows each
+    assert operators == dict.fromkeys(["views", "users", "real_pages", "enrich", "per_minute", "to_postgres",
+                                       "to_delta", "per_minute_late"], 2)
+    assert watermark and watermark > 4 * views_data.MINUTE
     assert "verified" in cli_ok(ws, "verify", "views_by_country", spark=spark)
     # both sinks agree row for row
     pg = views_data.sink_rows(views_data.postgres_rows(pg_url))
@@ -71,11 +79,15 @@ def test_run_verify_and_rewind_through_the_command_line(views, spark, pg_url) ->
     cli_ok(ws, "rewind", "views_by_country", "--to", "1", spark=spark)
     assert check(ws) == {"to_postgres": (0, 0), "to_delta": (0, 0)}
     assert windows(ws) == before  # epochs 2 and 3 replayed: the same windows again, once
+    # at another parallelism: every operator's state is split anew by key groups
     views_data.land(ws.input_dir, 3)
-    cli_ok(ws, "run", "views_by_country", spark=spark)
+    cli_ok(ws, "run", "views_by_country", "--parallelism", "3", spark=spark)
     assert check(ws) == {"to_postgres": (0, 0), "to_delta": (0, 0)}
     assert windows(ws) > before
     assert "verified" in cli_ok(ws, "verify", "views_by_country", spark=spark)
+    out = cli_ok(ws, "state", "views_by_country", "--checkpoint", "6", "--operator", "enrich", "--format", "json")
+    state = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert {row["_side"] for row in state} <= {"L", "R"} and any(row["_side"] == "R" for row in state)
 
 
 @pytest.mark.heavy(seconds=150)
