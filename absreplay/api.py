@@ -167,6 +167,8 @@ class Node:
     lateness_ms: int = 0
     target: SinkDeclaration | None = None
     columns: Schema | None = None
+    #: a join: the other input's key columns, in the order of this one's
+    other_key: Schema = ()
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -256,9 +258,7 @@ class KeyedStream:
         sides' state is snapshotted with the operator's: barriers are aligned across its inputs."""
         if [t for _, t in other._key] != [t for _, t in self._key]:
             raise ValueError(f"join {name!r}: the two sides' keys differ in type: {self._key} and {other._key}")
-        node = Node(name, "join", inputs=(other._node,))
-        node.state = other._key  # the other side's key names, in order
-        return self._keyed(node)
+        return self._keyed(Node(name, "join", inputs=(other._node,), other_key=other._key))
 
 
 @dataclass

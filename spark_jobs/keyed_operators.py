@@ -127,8 +127,8 @@ def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFra
 def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
          checkpoint_id: int) -> tuple[DataFrame, DataFrame]:
     keys = list(node.key_names)
-    right = right.select(*[F.col(r).alias(k) for (r, _), k in zip(node.state, keys, strict=True)],
-                         *[c for c in right.columns if c not in {r for r, _ in node.state}])
+    right = right.select(*[F.col(r).alias(k) for (r, _), k in zip(node.other_key, keys, strict=True)],
+                         *[c for c in right.columns if c not in {r for r, _ in node.other_key}])
     if "_seq" not in left.columns:
         left = left.withColumn("_seq", F.xxhash64(*left.columns))
     if "_partition" not in left.columns:
