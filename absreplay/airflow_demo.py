@@ -30,7 +30,7 @@ from rich.console import Console
 from absreplay.context import job_context
 from absreplay.demo import JOB, check_exact, finish_demo
 from absreplay.orchestration import DATABASE_URL_VARIABLE
-from absreplay.sample_data import land_batch
+from absreplay_examples.sample_data import land_batch
 from coordinator import source
 from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError, ConfigError

@@ -13,8 +13,8 @@ from sqlalchemy import text
 
 from absreplay import views
 from absreplay.context import job_context
-from absreplay.recount import recount
-from absreplay.sample_data import land_batch
+from absreplay_examples.recount import recount
+from absreplay_examples.sample_data import land_batch
 from absreplay.submit import run_processing
 from coordinator import source
 from coordinator.catalog.db import upgrade

@@ -29,8 +29,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from absreplay.sample_edges import land_edges  # noqa: E402
-from absreplay.union_find import labels_at, read_edges  # noqa: E402
+from absreplay_examples.sample_edges import land_edges  # noqa: E402
+from absreplay_examples.union_find import labels_at, read_edges  # noqa: E402
 from coordinator import back_edge_logs, source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.coordinator import CheckpointCoordinator  # noqa: E402

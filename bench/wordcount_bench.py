@@ -30,7 +30,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from absreplay.sample_data import land_batch  # noqa: E402
+from absreplay_examples.sample_data import land_batch  # noqa: E402
 from coordinator import source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.coordinator import CheckpointCoordinator  # noqa: E402

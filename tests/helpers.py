@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 from sqlalchemy import text
 
 from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
-from absreplay.recount import recount
-from absreplay.sample_data import land_batch
+from absreplay_examples.recount import recount
+from absreplay_examples.sample_data import land_batch
 from coordinator import source, state_files
 from coordinator.catalog.db import make_engine
 from coordinator.coordinator import CheckpointCoordinator

@@ -2,8 +2,8 @@
 
 A sink's high-water marks are its claim: every source record below them is in the
 sink, exactly once. After each test, each workspace the test made is judged against an
-independent recomputation from the source files up to those marks (absreplay.recount
-for wordcount, absreplay.union_find for connected_components, tests/views_data for the
+independent recomputation from the source files up to those marks (absreplay_examples.recount
+for wordcount, absreplay_examples.union_find for connected_components, tests/views_data for the
 tests' views_by_country job), never the job's own
 code. A test that leaves a sink inconsistent on purpose says so with
 ``@pytest.mark.sink_unchecked("why")``.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, select, text
 
-from absreplay.recount import recount
-from absreplay.union_find import labels_at
+from absreplay_examples.recount import recount
+from absreplay_examples.union_find import labels_at
 from coordinator import back_edge_logs, source
 from coordinator.catalog.models import BackEdgeLog, SinkWatermark
 from tests import views_data

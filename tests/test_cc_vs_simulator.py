@@ -38,9 +38,9 @@ from pathlib import Path
 
 import pytest
 
-from absreplay.recount import complete_segments
-from absreplay.sample_data import land_segment
-from absreplay.union_find import components
+from absreplay_examples.recount import complete_segments
+from absreplay_examples.sample_data import land_segment
+from absreplay_examples.union_find import components
 from coordinator import source
 from absreplay_examples.definitions import connected_components
 from coordinator.simulator import LABEL_PROPAGATION, WORD_COUNT, SnapshotMode, prefix_inputs, restore, simulate

@@ -9,8 +9,8 @@ import json
 
 from sqlalchemy import text
 
-from absreplay.recount import recount
-from absreplay.sample_data import land_batch
+from absreplay_examples.recount import recount
+from absreplay_examples.sample_data import land_batch
 from coordinator.catalog.db import make_engine
 from coordinator.store import CheckpointStore
 from tests.helpers import cli_ok

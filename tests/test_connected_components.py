@@ -5,7 +5,7 @@ SIGKILL of a spark-submit'ed run (state and log written, not acked); the other d
 in-process crashes (fault action ``crash``, see tests/test_fault_points.py).
 
 The reference is a union-find over the edges read from the segment files
-(absreplay.union_find), never the job's own code. A long path whose smallest
+(absreplay_examples.union_find), never the job's own code. A long path whose smallest
 id sits at its far end keeps labels circulating for many rounds, so back-edge
 logs are not empty while edges land; empty barriers afterwards let the loop
 drain, after which the committed labels must equal the union-find exactly.
@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
-from absreplay.sample_data import land_segment
-from absreplay.union_find import labels_at
+from absreplay_examples.sample_data import land_segment
+from absreplay_examples.union_find import labels_at
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import ProcessCrash
 from absreplay_examples.definitions import connected_components

@@ -7,8 +7,8 @@ import random
 import pytest
 from sqlalchemy import select
 
-from absreplay.sample_edges import edge_lines, land_edges
-from absreplay.union_find import components, labels_at, read_edges
+from absreplay_examples.sample_edges import edge_lines, land_edges
+from absreplay_examples.union_find import components, labels_at, read_edges
 from coordinator.catalog.models import DeadLetter
 from absreplay_examples.definitions import connected_components
 from absreplay_examples.connected_components import edge_problem, parse_edge

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 
-from absreplay.recount import kept_records
-from absreplay.sample_data import land_jsonl_segment, land_segment
+from absreplay_examples.recount import kept_records
+from absreplay_examples.sample_data import land_jsonl_segment, land_segment
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import IdFilter, RecordId
 from coordinator.errors import AbsError

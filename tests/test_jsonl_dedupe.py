@@ -10,8 +10,8 @@ import random
 import pytest
 from sqlalchemy import text
 
-from absreplay.recount import recount, tokenize
-from absreplay.sample_data import land_jsonl_segment, land_segment, lines, vocabulary
+from absreplay_examples.recount import recount, tokenize
+from absreplay_examples.sample_data import land_jsonl_segment, land_segment, lines, vocabulary
 from spark_jobs.verify import verify
 from tests.helpers import make_workspace
 

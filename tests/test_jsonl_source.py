@@ -1,6 +1,6 @@
 """`.jsonl` segments: records with explicit ids; what counts as a record and what is a dead letter.
 
-The source (coordinator.source) and the independent recount (absreplay.recount)
+The source (coordinator.source) and the independent recount (absreplay_examples.recount)
 implement the rules separately; every case here is checked against both.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from absreplay.recount import id_record
+from absreplay_examples.recount import id_record
 from absreplay_examples.connected_components import edge_problem
 from coordinator.record_formats import TextLines
 from coordinator.source import BadIdRecordError, parse_id_record, scan_segment

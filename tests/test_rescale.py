@@ -1,7 +1,7 @@
 """Changing parallelism between runs: state is redistributed by key groups, results stay exact.
 
 Runs are the command line as typed, in this process on the shared session (tests.helpers.cli);
-the reference is an independent recount (absreplay.recount) or union-find (absreplay.union_find)
+the reference is an independent recount (absreplay_examples.recount) or union-find (absreplay_examples.union_find)
 of the segment files, never the job's own code.
 """
 

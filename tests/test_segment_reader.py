@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from absreplay.recount import tokenize
+from absreplay_examples.recount import tokenize
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import ConfigError
 from absreplay_examples.definitions import connected_components

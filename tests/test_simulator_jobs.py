@@ -14,8 +14,8 @@ from random import Random
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from absreplay.recount import tokenize
-from absreplay.union_find import components
+from absreplay_examples.recount import tokenize
+from absreplay_examples.union_find import components
 from absreplay_examples.definitions import connected_components, wordcount
 from coordinator.simulator import (
     LABEL_PROPAGATION,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from absreplay.recount import recount
+from absreplay_examples.recount import recount
 from absreplay_examples.definitions import connected_components
 from tests import sink_check
 from tests.helpers import make_workspace

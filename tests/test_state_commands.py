@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
-from absreplay.sample_data import land_segment
-from absreplay.union_find import labels_at
+from absreplay_examples.sample_data import land_segment
+from absreplay_examples.union_find import labels_at
 from coordinator import back_edge_logs
 from absreplay_examples.definitions import connected_components
 from tests.helpers import cli, cli_ok, make_workspace

@@ -32,7 +32,7 @@ from coordinator.simulator.operators import SOURCE_OFFSET, Emission, Route
 from coordinator.simulator.semantics import hash_partition
 
 EDGE, ARC, LABEL, UPDATE = "edge", "arc", "label", "update"
-# the tokenizer of spark_jobs.operators.wordcount, in Python's terms (as absreplay.recount)
+# the tokenizer of spark_jobs.operators.wordcount, in Python's terms (as absreplay_examples.recount)
 NON_WORD = re.compile(r"\W+")
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from absreplay.recount import complete_segments
+from absreplay_examples.recount import complete_segments
 from coordinator.segment_reader import max_line_bytes
 
 EDGE = re.compile(rb"[ \t\r\f\v]*([+-]?[0-9]+)[ \t\r\f\v]+([+-]?[0-9]+)[ \t\r\f\v]*")

@@ -6,7 +6,7 @@ one edge per two vertices, a giant one whose diameter exceeds a few rounds, so
 back-edge logs are not empty. Separators mix spaces and tabs; a few edges are
 repeated or self-loops, which the job must tolerate.
 
-    python -m absreplay.sample_edges --batch 0 --edges 5000 --vertices 10000
+    python -m absreplay_examples.sample_edges --batch 0 --edges 5000 --vertices 10000
 
 lands batch 0 under ``$ABS_DATA_DIR/connected_components/input/p<i>/``.
 """
@@ -17,7 +17,7 @@ import argparse
 import random
 from pathlib import Path
 
-from absreplay.sample_data import land_segment
+from absreplay_examples.sample_data import land_segment
 
 JOB = "connected_components"
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     from coordinator import source
     from coordinator.settings import Settings
 
-    parser = argparse.ArgumentParser(prog="python -m absreplay.sample_edges", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m absreplay_examples.sample_edges", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, required=True, help="batch number (the segment name)")
     parser.add_argument("--edges", type=int, default=5000, help="edges per partition")
