@@ -156,6 +156,23 @@ class CliResult:
     err: str
 
 
+@contextlib.contextmanager
+def patched_env(values: dict[str, str]):
+    """Set these environment variables, and afterwards put back only them: unlike ``mock.patch.dict``,
+    which clears and refills the whole environment, several threads may do this at once (a thread
+    clearing ``os.environ`` while another sets a variable raised KeyError)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliResult:
     """`absreplay ARGS` as typed, in this process: the same entry point, exit code and output.
 
@@ -169,7 +186,7 @@ def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliRes
         def launch(settings, app_args, app=submit.PROCESS_APP):  # noqa: ARG001 - settings come from the env
             return submit.run_in_session(spark, app_args, app)
     with (
-        mock.patch.dict(os.environ, {**(ws.env() if ws else {}), **(env or {})}),
+        patched_env({**(ws.env() if ws else {}), **(env or {})}),
         mock.patch.object(submit, "run_processing", launch),
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),

@@ -216,7 +216,7 @@ def test_verify_recomputes_the_meaning_of_a_checkpoint_with_a_loop(tmp_path, pg_
     report = verify(spark, ws.store, ws.job, ws.settings, 2)
     assert not report.equal and report.recomputed_rows == report.stored_rows
     assert report.differences[0] == (
-        "vertex=1: stored component=1, neighbors=[2]; recomputed component=1, neighbors=[2, 9]"
+        "labels: vertex=1: stored component=1, neighbors=[2]; recomputed component=1, neighbors=[2, 9]"
     ), report.differences
 
 

@@ -59,6 +59,7 @@ def test_the_driver_gets_the_catalog_data_and_state_settings(tmp_path: Path) -> 
         "ABS_DATA_DIR": str(tmp_path / "data"),
         "ABS_STATE_URI": "s3a://bucket/state",
         "ABS_PARALLELISM": "",
+        "ABS_JOBS_DIR": "",
     }
     assert orchestration.process_args("wordcount", "sync") == ["wordcount", "--snapshot-mode", "sync"]
     with pytest.raises(UsageError, match="unknown job 'nope'"):

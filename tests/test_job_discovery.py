@@ -9,6 +9,7 @@ Python API only, as a declaration needs no JVM.
 from __future__ import annotations
 
 import json
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from absreplay.airflow_demo import dags_folder, isolate_airflow_home
@@ -68,6 +69,8 @@ EXPECTED_ERRORS = {
     "duplicate.py": ["job 'wordcount' is declared already by entry point wordcount"],
 }
 
+#: the jobs of the installed examples package (its entry points)
+INSTALLED = sorted(ep.name for ep in entry_points(group="absreplay.jobs"))
 MINI_CHAIN = "lines(source) -> words(flat_map) => tally(keyed_reduce) -> counts(sink)"
 
 
@@ -99,7 +102,7 @@ def assert_broken_listed(errors: dict[str, str], folder: Path) -> None:
 
 def test_discovery_finds_the_good_jobs_and_lists_each_broken_file(jobs_dir: Path) -> None:
     found = discover()
-    assert set(found.jobs) == {"mini", "wordcount", "connected_components"}
+    assert set(found.jobs) == {"mini", *INSTALLED}
     assert found.jobs["mini"].origin == str(jobs_dir / "mini.py")
     # the folder's duplicate did not replace the installed package's job
     assert found.jobs["wordcount"].origin == "entry point wordcount = absreplay_examples.wordcount:job"
@@ -112,7 +115,7 @@ def test_unknown_job_names_the_known_jobs_and_the_broken_files(jobs_dir: Path) -
     with pytest.raises(UnknownJobError) as raised:
         get_job("nope")
     message = str(raised.value)
-    assert message.startswith("unknown job 'nope'; known jobs: connected_components, mini, wordcount")
+    assert message.startswith(f"unknown job 'nope'; known jobs: {', '.join(sorted(['mini', *INSTALLED]))}")
     for name in BROKEN:
         assert str(jobs_dir / name) in message
 
@@ -120,7 +123,7 @@ def test_unknown_job_names_the_known_jobs_and_the_broken_files(jobs_dir: Path) -
 def test_jobs_command_lists_the_jobs_then_the_broken_files(jobs_dir: Path, env: dict[str, str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     # wide enough that no cell folds: this test reads content, not layout
-    monkeypatch.setattr(absreplay_cli, "out", Console(width=300))
+    monkeypatch.setattr(absreplay_cli, "out", Console(width=1000))
     out = cli_ok(None, "jobs", env=env)
     table, _, broken = out.partition("job files that failed to load")
     for text in ("mini", "a tiny word count", str(jobs_dir / "mini.py"), "=> tally(keyed_reduce)",
@@ -135,7 +138,7 @@ def test_jobs_command_lists_the_jobs_then_the_broken_files(jobs_dir: Path, env: 
 def test_jobs_json_has_each_graph_and_the_broken_files(jobs_dir: Path, env: dict[str, str]) -> None:
     listing = json.loads(cli_ok(None, "jobs", "--json", env=env))
     jobs = {job["name"]: job for job in listing["jobs"]}
-    assert set(jobs) == {"mini", "wordcount", "connected_components"}
+    assert set(jobs) == {"mini", *INSTALLED}
     mini = jobs["mini"]
     assert mini["origin"] == str(jobs_dir / "mini.py")
     assert [(o["name"], o["kind"], o["parallelism"]) for o in mini["operators"]] == [
@@ -158,7 +161,7 @@ def test_jobs_lists_without_a_migrated_catalog(jobs_dir: Path, tmp_path: Path) -
     env = {"ABS_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}", "ABS_HOME": str(tmp_path / "home")}
     listing = json.loads(cli_ok(None, "jobs", "--json", env=env))
     assert {job["name"]: job["catalog"] for job in listing["jobs"]} == {
-        "mini": None, "wordcount": None, "connected_components": None}
+        "mini": None, **dict.fromkeys(INSTALLED)}
     assert len(listing["broken"]) == len(BROKEN)
     assert "has no schema yet: `absreplay db upgrade` creates it" in cli_ok(None, "jobs", env=env)
 
@@ -176,7 +179,7 @@ def test_dagbag_makes_the_good_jobs_dags_and_warns_of_each_broken_file(jobs_dir:
     # Airflow 3.3's DagBag has no include_examples: the isolated home sets load_examples False
     bag = DagBag(dag_folder=str(dags_folder()))
     assert bag.import_errors == {}
-    for job in ("mini", "wordcount", "connected_components"):
+    for job in ("mini", *INSTALLED):
         for kind in ("barriers", "epochs", "recover"):
             assert f"abs_{job}_{kind}" in bag.dags
     for dag_file in ("abs_barriers.py", "abs_epochs.py", "abs_recover.py"):

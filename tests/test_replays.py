@@ -20,8 +20,8 @@ def txn_status(ws) -> dict[int, str]:
 
 def reset(ws, restored: int, kind: RecoveryKind, state_rows: pa.Table | None = None) -> recovery.ResetOutcome:
     rid = recovery.start(ws.store, ws.job.name, kind, RecoveryMode.FULL, restored)
-    return recovery.reset_after(ws.store, ws.job, restored, rid,
-                                kind, state_rows)
+    rows = None if state_rows is None else {ws.job.sinks[0].name: state_rows}
+    return recovery.reset_after(ws.store, ws.job, restored, rid, kind, rows)
 
 
 def test_rewind_puts_back_rows_that_superseded_checkpoints_stamped_with_lower_ids(tmp_path, catalog_url) -> None:
