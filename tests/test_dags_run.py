@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url  # noqa: E402
 from coordinator.lifecycle import CheckpointStatus  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.heavy(seconds=80)]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.heavy(seconds=170)]
 
 # the test server trusts loopback, so a password in the URL is never asked for: it only has to stay out of sight
 PASSWORD = "NotShownAnywhere7"

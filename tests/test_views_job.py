@@ -90,7 +90,7 @@ def test_run_verify_and_rewind_through_the_command_line(views, spark, pg_url) ->
     assert {row["_side"] for row in state} <= {"L", "R"} and any(row["_side"] == "R" for row in state)
 
 
-@pytest.mark.heavy(seconds=150)
+@pytest.mark.heavy(seconds=170)
 @pytest.mark.timeout(1200)
 def test_random_sigkills_and_fault_points_lose_and_duplicate_no_window(views, summary) -> None:
     ws = views
