@@ -19,3 +19,9 @@ def connected_components(parallelism: int = 2, loop_rounds: int = 4) -> JobDefin
 
     definition = job.definition("absreplay_examples.connected_components").with_parallelism(parallelism)
     return replace(definition, loop_rounds=loop_rounds)
+
+
+def synthetic(parallelism: int = 2) -> JobDefinition:
+    from absreplay_examples.synthetic import job
+
+    return job.definition("absreplay_examples.synthetic").with_parallelism(parallelism)
