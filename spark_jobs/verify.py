@@ -39,6 +39,7 @@ from coordinator.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.store import CheckpointStore
 from spark_jobs import keyed_state
+from spark_jobs.dataflow import Dataflow
 from spark_jobs.progress import Steps
 from spark_jobs.runner import EpochRunner
 
@@ -120,10 +121,11 @@ def lineage(store: CheckpointStore, job: str, checkpoint_id: int) -> list[int]:
 def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
               checkpoint_id: int) -> tuple[dict[str, DataFrame], int, int]:
     """Every operator's state at ``checkpoint_id`` from the sources alone: one epoch over every record
-    when the result does not depend on where epochs end (aggregates, a loop run to its fixpoint),
-    else the same epochs again. Returns (states, records read, epochs run)."""
+    when the result does not depend on where epochs end (aggregates of records, a loop run to its
+    fixpoint), else the same epochs again (windows, joins, process functions, and a keyed operator fed
+    by another's changes). Returns (states, records read, epochs run)."""
     job, flow = runner.job, runner.flow
-    exact = any(st.kind in ("window", "join", "process") for st in job.states)
+    exact = any(st.kind in ("window", "join", "process") for st in job.states) or fed_by_keyed(flow)
     epochs = lineage(store, job.name, checkpoint_id) if exact else [checkpoint_id]
     states = {st.operator: flow.empty_state(spark, st.operator) for st in job.states}
     watermarks: dict[str, int | None] = {}
@@ -142,6 +144,18 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
         watermarks.update(out.watermarks)
         back_edge, start, total = out.back_edge, cut, total + plan.records
     return states, total, len(epochs)
+
+
+def fed_by_keyed(flow: Dataflow) -> bool:
+    """A keyed operator consumes another's output: that output is the keys each epoch changed, so
+    what the consumer receives (a key changed in two epochs arrives twice) depends on where epochs end."""
+    keyed = {n.name for n in flow.spec.nodes if n.kind not in ("source", "map", "filter", "flat_map", "sink")}
+
+    def upstream_keyed(name: str) -> bool:
+        node = flow.nodes[name]
+        return any(i in keyed or upstream_keyed(i) for i in node.inputs)
+
+    return any(upstream_keyed(name) for name in keyed)
 
 
 def compare(operator: str, key: tuple[str, ...], identity: tuple[str, ...], stored: DataFrame,
