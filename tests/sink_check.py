@@ -4,7 +4,8 @@ A sink's high-water marks are its claim: every source record below them is in th
 sink, exactly once. After each test, each workspace the test made is judged against an
 independent recomputation from the source files up to those marks (absreplay_examples.recount
 for wordcount, absreplay_examples.union_find for connected_components, tests/views_data for the
-tests' views_by_country job), never the job's own
+tests' views_by_country job, absreplay_examples.synthetic_data for synthetic, epoch by epoch
+along the checkpoints' recorded epoch starts), never the job's own
 code. A test that leaves a sink inconsistent on purpose says so with
 ``@pytest.mark.sink_unchecked("why")``.
 
@@ -23,12 +24,22 @@ from absreplay_examples.recount import recount
 from absreplay_examples.union_find import labels_at
 from coordinator import back_edge_logs, source
 from coordinator.catalog.models import BackEdgeLog, SinkWatermark
+from absreplay_examples import synthetic_data
 from tests import views_data
 from tests.helpers import lost_and_duplicated
 
 def wrong_and_extra(expected: dict, got: dict) -> tuple[int, int]:
     """Labels: keys missing or with another value (lost), keys that should not be there (duplicated)."""
     return sum(1 for k, v in expected.items() if got.get(k) != v), sum(1 for k in got if k not in expected)
+
+
+def epoch_cuts(store, job: str, checkpoint_id: int) -> list[dict[str, int]]:
+    """The cuts ending the epochs that produced ``checkpoint_id``'s state, in order (each checkpoint's
+    epoch starts at the cut of its ``epoch_start``)."""
+    chain = [checkpoint_id]
+    while (start := store.checkpoint(job, chain[0]).epoch_start) not in (None, 0):
+        chain.insert(0, start)
+    return [store.cut(job, n) for n in chain]
 
 
 def judge(ws) -> tuple[str, tuple[int, int]] | None:
@@ -53,6 +64,12 @@ def judge(ws) -> tuple[str, tuple[int, int]] | None:
     if not marks:
         return None
     cut = {p: o for p, o in marks.items() if p != back_edge_logs.LOOP_PARTITION}
+    if sink == "synthetic_out":  # changelogs of changelogs: replayed epoch by epoch, along the cuts
+        cuts = [*epoch_cuts(ws.store, ws.job.name, at)[:-1], cut]
+        with ws.store.engine.connect() as c:
+            got = {k: tuple(v) for k, *v in c.execute(text("SELECT k3, total, updates, peak FROM synthetic_out"))}
+        expected = synthetic_data.reference(ws.input_dir, cuts).per_bucket
+        return f"{ws.job.name} sink at checkpoint {at}", wrong_and_extra(expected, got)
     with ws.store.engine.connect() as c:
         if sink == "wordcount_counts":
             got = dict(c.execute(text("SELECT word, count FROM wordcount_counts")).all())
