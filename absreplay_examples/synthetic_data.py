@@ -27,9 +27,10 @@ MAX_VALUE = 999
 FAN_IN = 10
 
 
-def land(input_dir: Path, batch: int, records: int, keys: int, partitions: int = 2, seed: int = 7) -> int:
+def land(input_dir: Path | str, batch: int, records: int, keys: int, partitions: int = 2, seed: int = 7) -> int:
     """Land batch ``batch``: ``records`` records in all, split evenly over ``partitions`` partitions
     (``p0``, ``p1``, ...), one segment each. Returns the number of records landed."""
+    input_dir = Path(input_dir)
     total = 0
     for p in range(partitions):
         n = records // partitions + (1 if p < records % partitions else 0)
