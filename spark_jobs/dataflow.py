@@ -124,20 +124,21 @@ class Dataflow:
                out: EpochOutput, checkpoint_id: int, max_rounds: int | None,
                dry: bool) -> tuple[DataFrame, DataFrame]:
         columns = None if spec.columns is None else [c for c, _ in spec.columns]
-        if node.kind == "aggregate":
-            new = ko.aggregate(state, ins[0], node, columns, checkpoint_id)
-            return new, new.where(F.col("updated") == F.lit(checkpoint_id))
-        if node.kind == "process":
-            new = ko.process(state, ins[0], node, columns, checkpoint_id)
+        if node.kind in ("aggregate", "process"):
+            fold = ko.aggregate if node.kind == "aggregate" else ko.process
+            new = fold(state, ins[0], node, columns, checkpoint_id)
+            # materialized once: its snapshot and every operator downstream read this copy
+            new = new if dry else new.localCheckpoint(eager=True)
             return new, new.where(F.col("updated") == F.lit(checkpoint_id))
         if node.kind == "window":
             new, emitted, late, mark = ko.window(state, ins[0], node, columns, watermarks.get(node.name),
                                                  checkpoint_id, dry)
             out.watermarks[node.name] = mark
             out.outputs[f"{node.name}_late"] = late
-            return new, emitted
+            return (new if dry else new.localCheckpoint(eager=True)), emitted
         if node.kind == "join":
-            return ko.join(state, ins[0], ins[1], node, checkpoint_id)
+            new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id)
+            return (new if dry else new.localCheckpoint(eager=True)), matched
         new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, 1 if dry else max_rounds)
         return new, new.where(F.col("updated") == F.lit(checkpoint_id))
 

@@ -243,12 +243,13 @@ class EpochRunner:
             back_edge = out.back_edge
             watermarks.update(out.watermarks)
             for spec in self.job.states:
-                new_state = out.states[spec.operator]
+                new_state = out.states[spec.operator]  # materialized by the operator (an immutable copy)
                 if len(behind) < p:
                     # partial recovery: subtasks already past this epoch keep their state and discard its records
                     mine = keyed_state.subtask_of(spec.key, p, self.max_parallelism).isin(sorted(behind))
                     new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))
-                states[spec.operator] = new_state.localCheckpoint(eager=True)
+                    new_state = new_state.localCheckpoint(eager=True)
+                states[spec.operator] = new_state
             outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
             elapsed = time.perf_counter() - t0
             report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
