@@ -31,10 +31,10 @@ from absreplay.context import job_context
 from absreplay.demo import JOB, check_exact, finish_demo
 from absreplay.orchestration import DATABASE_URL_VARIABLE
 from absreplay_examples.sample_data import land_batch
-from coordinator import source
 from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
+from coordinator.sources import source
 
 ISOLATED_MARKER = "ABS_ISOLATED_AIRFLOW_HOME"
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from absreplay.job_graph import build_definition
-from coordinator.jobs import JobDefinition
-from coordinator.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.record_formats import Csv, JsonLines, LineCheck, RecordFormat, TextLines
+from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
+from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
 
 __all__ = [
@@ -282,7 +282,7 @@ class Job:
         return next(n for n in self.nodes if n.name == name)
 
     def definition(self, origin: str = "") -> JobDefinition:
-        """What the checkpoint lifecycle knows of this job (``coordinator.jobs``); ValueError naming
+        """What the checkpoint lifecycle knows of this job (``coordinator.dataflow.jobs``); ValueError naming
         what is wrong when the declaration is incomplete or inconsistent."""
         return build_definition(self, origin)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from coordinator.audit import EpochPoint
+from coordinator.catalog.audit import EpochPoint
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 760, 200, 64, 28, 12
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")

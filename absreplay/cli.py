@@ -17,8 +17,8 @@ from absreplay.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.errors import UsageError, as_user_error
 from absreplay.job_discovery import discover, jobs_folder
-from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
-from coordinator.policy import TriggerDecision
+from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
+from coordinator.checkpoints.policy import TriggerDecision
 from coordinator.settings import Settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__, pretty_exceptions_enable=False)
@@ -44,7 +44,7 @@ def _check_mode(mode: str) -> str:
 def _parallelism_args(ctx: JobContext, parallelism: int | None) -> list[str]:
     """The application's --parallelism (none asked: the driver reads ABS_PARALLELISM itself); above
     the job's max_parallelism: exit 2 before a JVM starts."""
-    from coordinator import rescale
+    from coordinator.checkpoints import rescale
 
     rescale.run_definition(ctx.store, ctx.job, ctx.settings.parallelism if parallelism is None else parallelism)
     return [] if parallelism is None else ["--parallelism", str(parallelism)]
@@ -102,7 +102,7 @@ def process(
     """Process every injected, unprocessed epoch in order, in one Spark application."""
     from absreplay.submit import run_processing
 
-    from coordinator import recovery
+    from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
     args = [job, "--snapshot-mode", _check_mode(snapshot_mode), *_parallelism_args(ctx, parallelism)]
@@ -208,7 +208,7 @@ def rewind(
 def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str,
               parallelism: int | None) -> None:
     from absreplay.submit import run_processing
-    from coordinator import recovery
+    from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
     scale = _parallelism_args(ctx, parallelism)
@@ -235,7 +235,7 @@ def recoveries(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
 ) -> None:
     """The recoveries and rewinds of a job (the recoveries table)."""
-    from coordinator import recovery
+    from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
     rows = recovery.history(ctx.store, job)

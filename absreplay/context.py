@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coordinator.catalog.db import ensure_migrated, make_engine
-from coordinator.coordinator import CheckpointCoordinator
+from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.errors import CatalogNotMigratedError
 from absreplay.job_discovery import get_job
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 
 
 @dataclass

@@ -16,11 +16,11 @@ from absreplay.context import job_context
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
 from absreplay.submit import run_processing
-from coordinator import source
+from coordinator.sources import source
 from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 
 JOB = "wordcount"
 

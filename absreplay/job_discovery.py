@@ -26,8 +26,8 @@ from pathlib import Path
 from types import ModuleType
 
 from absreplay.api import Job
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import ConfigError, UnknownJobError
-from coordinator.jobs import JobDefinition
 
 GROUP = "absreplay.jobs"
 JOBS_DIR_ENV = "ABS_JOBS_DIR"

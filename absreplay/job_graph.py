@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
-from coordinator.iterate import LoopStep, check_loop, iterate
-from coordinator.jobs import JobDefinition, SinkSpec, StateSpec
+from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
+from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.sinks.dead_letters import DeadLetters
 from coordinator.types import Schema
 

@@ -19,9 +19,9 @@ from rich.text import Text
 
 from absreplay.job_discovery import Found
 from coordinator.catalog.db import safe_url
-from coordinator.graph import Edge, JobGraph, Partitioning
-from coordinator.jobs import JobDefinition, SinkSpec
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.graph import Edge, JobGraph, Partitioning
+from coordinator.dataflow.jobs import JobDefinition, SinkSpec
 
 CONNECTORS = {Partitioning.FORWARD: "->", Partitioning.HASH: "=>", Partitioning.BROADCAST: "=>>"}
 #: the edge that returns a loop's records to its head (DESIGN.md section 1, back-edges)

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from coordinator.catalog.db import parse_url
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import discover, get_job
-from coordinator.lifecycle import CheckpointStatus
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
     from absreplay.context import JobContext
-    from coordinator.store import CheckpointStore
+    from coordinator.checkpoints.store import CheckpointStore
 
 DATABASE_URL_VARIABLE = "abs_database_url"
 SNAPSHOT_MODES = ("async", "sync", "none")
@@ -136,7 +136,7 @@ def barrier_asset(job: str):
 def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
     """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it."""
     from absreplay.views import format_cut
-    from coordinator.policy import TriggerDecision
+    from coordinator.checkpoints.policy import TriggerDecision
 
     with _job(settings, job) as ctx:
         outcome = ctx.coordinator.inject()
@@ -202,7 +202,7 @@ def spark_submit_macros() -> dict[str, Callable[..., str]]:
 # -- maintenance -----------------------------------------------------------------------------
 def catalog_jobs(settings: Settings) -> list[str]:
     """Every job with a row in the catalog."""
-    from coordinator import audit
+    from coordinator.catalog import audit
 
     with _store(settings) as store:
         return audit.job_names(store.engine)
@@ -210,8 +210,8 @@ def catalog_jobs(settings: Settings) -> list[str]:
 
 def maintain_job(settings: Settings, job: str) -> dict[str, Any]:
     """Expire stale pending checkpoints; delete state files no catalog row references."""
-    from coordinator.coordinator import CheckpointCoordinator
-    from coordinator.lease import expire_unless_processing
+    from coordinator.checkpoints.coordinator import CheckpointCoordinator
+    from coordinator.checkpoints.lease import expire_unless_processing
 
     definition = discover().jobs.get(job)
     with _store(settings) as store:
@@ -295,7 +295,7 @@ def validate_recovery(
         raise CheckpointNotFoundError(
             job, checkpoint, "is SUPERSEDED: a recovery or rewind replaced it (see the recoveries table)"
         )
-    from coordinator import recovery
+    from coordinator.checkpoints import recovery
 
     with _store(settings) as store:  # what the command line itself checks (e.g. partial needs the latest)
         recovery.validate(store, job, recovery.RecoveryKind("rewind" if rewind else "recover"),

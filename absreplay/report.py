@@ -1,6 +1,6 @@
 """``absreplay report JOB [--out DIR]``: the Airflow view's charts and history in one self-contained HTML file.
 
-For users without the plugin: the same queries (``coordinator.audit``) and the
+For users without the plugin: the same queries (``coordinator.catalog.audit``) and the
 same inline SVG charts (``absreplay.charts``), no script and nothing fetched,
 so the file opens from disk or a mail attachment.
 """
@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from absreplay.charts import job_charts
 from absreplay.context import job_context
 from absreplay.views import format_bytes
-from coordinator import audit
+from coordinator.catalog import audit
 
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                         autoescape=select_autoescape(["html"]))

@@ -1,5 +1,5 @@
 """`absreplay state` and `absreplay diff`: an operator's keyed state at any retained checkpoint,
-and what changed between two (coordinator.state_reader; no Spark)."""
+and what changed between two (coordinator.checkpoints.state_reader; no Spark)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from absreplay.context import job_context
-from coordinator import state_reader
+from coordinator.checkpoints import state_reader
 from coordinator.errors import UsageError
 
 FORMATS = ("table", "json", "parquet")

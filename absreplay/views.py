@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from coordinator.coordinator import FinalizeReport
+from coordinator.checkpoints.coordinator import FinalizeReport
 
 
 def format_cut(cut: dict[str, int]) -> str:

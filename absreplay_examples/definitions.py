@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 
 
 def wordcount(parallelism: int = 2) -> JobDefinition:

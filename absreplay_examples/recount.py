@@ -11,7 +11,7 @@ string ``line``) whose id was not seen before and that is not late. "Before"
 is arrival order, which is how the id store sees records: barrier by barrier
 (``earlier_cuts`` then ``cut``), and within a barrier partitions in name order,
 segments in name order, lines in order. The rules are the id store's
-(``coordinator.id_store``), re-implemented here without Bloom filters or SQL.
+(``coordinator.sources.id_store``), re-implemented here without Bloom filters or SQL.
 Without ``earlier_cuts`` everything before ``cut`` is one batch, which is
 exact as long as no record was late, no id came back after its window was
 forgotten, and copies of an id carry the same line.
@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from coordinator.id_store import IdStorePolicy
-from coordinator.segment_reader import max_line_bytes
+from coordinator.sources.id_store import IdStorePolicy
+from coordinator.sources.segment_reader import max_line_bytes
 
 NON_WORD = re.compile(r"\W+")
 MAX_ID_LENGTH = 255

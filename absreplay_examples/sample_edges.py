@@ -44,8 +44,8 @@ def land_edges(input_dir: Path, batch: int, edges_per_partition: int, vertices: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    from coordinator import source
     from coordinator.settings import Settings
+    from coordinator.sources import source
 
     parser = argparse.ArgumentParser(prog="python -m absreplay_examples.sample_edges", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from absreplay_examples.recount import complete_segments
-from coordinator.segment_reader import max_line_bytes
+from coordinator.sources.segment_reader import max_line_bytes
 
 EDGE = re.compile(rb"[ \t\r\f\v]*([+-]?[0-9]+)[ \t\r\f\v]+([+-]?[0-9]+)[ \t\r\f\v]*")
 LONG = range(-(2**63), 2**63)

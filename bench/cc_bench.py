@@ -31,12 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples.sample_edges import land_edges  # noqa: E402
 from absreplay_examples.union_find import labels_at, read_edges  # noqa: E402
-from coordinator import back_edge_logs, source  # noqa: E402
+from coordinator.checkpoints import back_edge_logs  # noqa: E402
+from coordinator.sources import source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
-from coordinator.coordinator import CheckpointCoordinator  # noqa: E402
+from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from absreplay_examples.definitions import connected_components  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from coordinator.store import CheckpointStore  # noqa: E402
+from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 
 console = Console(width=160)
 MAX_DRAIN_EPOCHS = 30

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from coordinator.catalog.db import make_engine, safe_url, upgrade  # noqa: E402
-from coordinator.id_store import Arrival, IdStore, IdStoreCounters, IdStorePolicy, Verdict  # noqa: E402
+from coordinator.sources.id_store import Arrival, IdStore, IdStoreCounters, IdStorePolicy, Verdict  # noqa: E402
 from absreplay_examples.definitions import wordcount  # noqa: E402
-from coordinator.store import CheckpointStore  # noqa: E402
+from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 
 console = Console(width=120)
 # copies re-send one of this many most recent records: well inside the allowed lateness

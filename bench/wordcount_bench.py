@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from absreplay_examples.sample_data import land_batch  # noqa: E402
-from coordinator import source  # noqa: E402
+from coordinator.sources import source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
-from coordinator.coordinator import CheckpointCoordinator  # noqa: E402
+from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from absreplay_examples.definitions import wordcount  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from coordinator.store import CheckpointStore  # noqa: E402
+from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 
 console = Console(width=140)
 

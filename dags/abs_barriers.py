@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from absreplay import orchestration
 from absreplay.job_discovery import jobs_for_dags
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 

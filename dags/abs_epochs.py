@@ -21,7 +21,7 @@ from airflow.sdk import DAG, Param, dag, task
 from absreplay import orchestration
 from absreplay.submit import PROCESS_APP
 from absreplay.job_discovery import jobs_for_dags
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
 

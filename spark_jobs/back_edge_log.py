@@ -6,7 +6,7 @@ state, so the log of head subtask i sits beside its state). A restore reads
 every file of the checkpoint, whatever the parallelism it was taken at. Rows and a
 checksum per subtask (XOR of xxhash64 over the rows, as for keyed state) are
 observed in the pass that writes the files; the catalog rows
-(``coordinator.back_edge_logs``) are recorded with the acks. Restoring reads
+(``coordinator.checkpoints.back_edge_logs``) are recorded with the acks. Restoring reads
 every file the catalog lists, observes the same figures and compares them: a
 missing, unreadable or altered file stops the restore with a
 ``StateIntegrityError`` naming the file and the checkpoint.
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 
-from coordinator import back_edge_logs, state_files
-from coordinator.back_edge_logs import BackEdgeLogHandle
+from coordinator.checkpoints import back_edge_logs, state_files
+from coordinator.checkpoints.back_edge_logs import BackEdgeLogHandle
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
-from coordinator.jobs import JobDefinition
-from coordinator.store import CheckpointStore
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import Dataflow as LoopOperators
 

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from coordinator.jobs import JobDefinition, StateSpec
+from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.types import ddl
 from spark_jobs import keyed_operators as ko
 from spark_jobs.record_parsing import record_schema

@@ -5,7 +5,7 @@ complete when it was injected), so an epoch is a list of whole segments whose
 first offsets the catalog knows. Each segment is read whole and split into
 lines; a line's sequence number is the segment's first offset plus its
 position. Dead-lettered offsets are dropped (lines longer than the maximum line
-length among them: inject made them dead letters, ``coordinator.segment_reader``).
+length among them: inject made them dead letters, ``coordinator.sources.segment_reader``).
 
 A ``.jsonl`` segment (records with explicit ids) has the same offsets, one per
 line; its record is the JSON object's ``line`` field. Lines that are not valid
@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
-from coordinator.source import ID_SEGMENT_SUFFIX, is_id_segment
+from coordinator.sources.source import ID_SEGMENT_SUFFIX, is_id_segment
 
 SEGMENTS_SCHEMA = StructType(
     [

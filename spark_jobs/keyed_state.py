@@ -28,8 +28,8 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.errors import StateIntegrityError
-from coordinator.state_chain import ChainLink
 
 SUBTASK = "subtask"
 

@@ -17,14 +17,14 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from coordinator import recovery, rescale
+from coordinator.checkpoints import recovery, rescale
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
-from coordinator.lease import RUN_LEASE_WAIT_S, processing_lease
-from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
+from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
+from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 
 if TYPE_CHECKING:  # pyspark is imported only once there is work to do
     from pyspark.sql import SparkSession

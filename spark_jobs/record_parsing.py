@@ -1,4 +1,4 @@
-"""A source's lines as records with the columns its format declares (``coordinator.record_formats``).
+"""A source's lines as records with the columns its format declares (``coordinator.sources.record_formats``).
 
 Text: the column ``line``. JSON lines and CSV: the declared fields, parsed by
 Spark (``from_json`` / ``from_csv``) from lines inject already checked, so
@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from coordinator.record_formats import Csv, JsonLines, RecordFormat
+from coordinator.sources.record_formats import Csv, JsonLines, RecordFormat
 from spark_jobs.spark_types import spark_schema
 
 POSITION = (StructField("_partition", StringType(), False), StructField("_seq", LongType(), False))

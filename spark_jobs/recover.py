@@ -5,7 +5,7 @@
        state at the start of the sources) and check every file (nothing is
        changed yet: a missing or corrupt file stops here, or with --fallback moves to
        the previous completed checkpoint);
-    3. settle the sinks and reset the checkpoints after N (coordinator.recovery);
+    3. settle the sinks and reset the checkpoints after N (coordinator.checkpoints.recovery);
     4. resume: process every pending epoch from N's cut (replays first), then finalize;
     5. record how it ended.
 """
@@ -16,14 +16,14 @@ import time
 
 from pyspark.sql import SparkSession
 
-from coordinator import recovery, rescale
-from coordinator.coordinator import CheckpointCoordinator
+from coordinator.checkpoints import recovery, rescale
+from coordinator.checkpoints.coordinator import CheckpointCoordinator
+from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import fault_point
-from coordinator.jobs import JobDefinition
-from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
 from spark_jobs.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.snapshot import SnapshotMode
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator import rescale, state_chain
+from coordinator.checkpoints import rescale, state_chain
+from coordinator.checkpoints.state_chain import ChainLink
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
-from coordinator.jobs import JobDefinition
-from coordinator.state_chain import ChainLink
-from coordinator.store import CheckpointStore
 from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.dataflow import Dataflow
 

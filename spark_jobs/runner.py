@@ -20,11 +20,12 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator import recovery, segment_changes, source
+from coordinator.checkpoints import recovery
+from coordinator.sources import segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.jobs import JobDefinition
-from coordinator.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
+from coordinator.checkpoints.store import CheckpointStore
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import dataflow_of
 from spark_jobs.epoch_source import read_epoch, read_lines
@@ -133,7 +134,7 @@ class EpochRunner:
     def check_segments(self, plans: list[EpochPlan]) -> None:
         """Every segment an epoch reads is still what inject registered (SourceError, exit 2, naming
         it), before anything runs: a deleted, renamed, truncated, appended or rewritten segment would
-        otherwise lose records, count them twice, or fail inside Spark (``coordinator.segment_changes``)."""
+        otherwise lose records, count them twice, or fail inside Spark (``coordinator.sources.segment_changes``)."""
         segment_changes.check_before_run(self.input_dir, [(f"of epoch {p.checkpoint_id}", p.segments) for p in plans])
 
     @property

@@ -31,16 +31,16 @@ from enum import StrEnum
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator import manifests, state_files
+from coordinator.checkpoints import manifests, state_files
 from coordinator.sinks import transactions as sinks
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
-from coordinator.graph import OperatorKind
-from coordinator.jobs import JobDefinition, SinkSpec, StateSpec
-from coordinator.lifecycle import AckResult, FailureReason
-from coordinator.source import source_subtask
-from coordinator.store import CheckpointStore
-from coordinator.state_handle import StateHandle
+from coordinator.dataflow.graph import OperatorKind
+from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
+from coordinator.checkpoints.lifecycle import AckResult, FailureReason
+from coordinator.sources.source import source_subtask
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.checkpoints.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.dataflow import Dataflow
 

@@ -6,7 +6,7 @@
 
 The same chain of files a recovery restores, with every file's rows and checksum checked
 against its ack (StateIntegrityError names a bad one); the pyarrow reader behind
-`absreplay state` (coordinator.state_reader) gives the same rows without a JVM.
+`absreplay state` (coordinator.checkpoints.state_reader) gives the same rows without a JVM.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from coordinator.catalog.db import ensure_migrated, make_engine
 from absreplay.job_discovery import get_job
 from coordinator.settings import Settings
-from coordinator.state_reader import check_operator, check_retained
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.state_reader import check_operator, check_retained
+from coordinator.checkpoints.store import CheckpointStore
 from spark_jobs.runner import EpochRunner
 
 

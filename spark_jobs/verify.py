@@ -30,14 +30,15 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator import rescale, segment_changes
+from coordinator.checkpoints import rescale
+from coordinator.sources import segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import get_job
-from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import CheckpointStatus
+from coordinator.dataflow.jobs import JobDefinition
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import Dataflow
 from spark_jobs.progress import Steps

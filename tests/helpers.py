@@ -21,14 +21,15 @@ from sqlalchemy import text
 from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
-from coordinator import source, state_files
+from coordinator.checkpoints import state_files
+from coordinator.sources import source
 from coordinator.catalog.db import make_engine
-from coordinator.coordinator import CheckpointCoordinator
+from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from absreplay_examples.definitions import wordcount
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
-from coordinator.store import CheckpointStore
-from coordinator.state_handle import StateHandle
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.checkpoints.state_handle import StateHandle
 
 
 @dataclass
@@ -230,7 +231,7 @@ def lost_and_duplicated(expected: dict[str, int], got: dict[str, int]) -> tuple[
 def stage_counts(ws: Workspace, checkpoint_id: int, counts: dict[str, int], base: int | None) -> Path:
     """What a wordcount run stages for a checkpoint, without Spark: the changed rows as one Parquet
     file, sealed (durable, with its manifest), and the sink transaction. Returns the file."""
-    from coordinator import manifests
+    from coordinator.checkpoints import manifests
     from coordinator.sinks import transactions as sinks
 
     op_uri = state_files.operator_dir(ws.settings.state_uri, ws.job.name, checkpoint_id, ws.job.state_operator)

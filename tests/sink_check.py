@@ -22,7 +22,8 @@ from sqlalchemy import func, select, text
 
 from absreplay_examples.recount import recount
 from absreplay_examples.union_find import labels_at
-from coordinator import back_edge_logs, source
+from coordinator.checkpoints import back_edge_logs
+from coordinator.sources import source
 from coordinator.catalog.models import BackEdgeLog, SinkWatermark
 from absreplay_examples import synthetic_data
 from tests import views_data

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from absreplay import orchestration
-from coordinator import recovery
+from coordinator.checkpoints import recovery
 from absreplay.job_discovery import discover
-from coordinator.lifecycle import FailureReason
+from coordinator.checkpoints.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
 

@@ -29,10 +29,10 @@ from absreplay.airflow_plugin import AbsReplayPlugin  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import app  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
-from coordinator import recovery  # noqa: E402
 from coordinator.catalog.models import DeadLetter, SinkTransaction  # noqa: E402
-from coordinator.lifecycle import FailureReason, SinkTxnStatus  # noqa: E402
-from coordinator.state_handle import StateHandle  # noqa: E402
+from coordinator.checkpoints import recovery  # noqa: E402
+from coordinator.checkpoints.lifecycle import FailureReason, SinkTxnStatus  # noqa: E402
+from coordinator.checkpoints.state_handle import StateHandle  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 
 JOB = "wordcount"
@@ -183,7 +183,7 @@ def test_a_user_without_a_role_is_refused(as_role) -> None:
 
 
 def test_a_replay_checkpoint_counts_the_epoch_it_redoes() -> None:
-    from coordinator.audit import epoch_records
+    from coordinator.catalog.audit import epoch_records
 
     cuts = {1: {"p0": 5}, 2: {"p0": 9, "p1": 4}, 3: {"p0": 12, "p1": 4}, 4: {"p0": 9, "p1": 4}, 5: {"p0": 12, "p1": 4},
             6: {"p0": 20, "p1": 6}}

@@ -25,8 +25,8 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from absreplay import orchestration
-from coordinator import recovery
-from coordinator.lifecycle import FailureReason
+from coordinator.checkpoints import recovery
+from coordinator.checkpoints.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
 

@@ -41,7 +41,7 @@ import pytest
 from absreplay_examples.recount import complete_segments
 from absreplay_examples.sample_data import land_segment
 from absreplay_examples.union_find import components
-from coordinator import source
+from coordinator.sources import source
 from absreplay_examples.definitions import connected_components
 from coordinator.simulator import LABEL_PROPAGATION, WORD_COUNT, SnapshotMode, prefix_inputs, restore, simulate
 from tests.helpers import make_workspace

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
 from coordinator.catalog.db import make_engine
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 from tests.helpers import cli_ok
 
 

@@ -174,7 +174,7 @@ def test_a_corrupt_or_missing_back_edge_log_stops_the_restore(tmp_path, pg_url, 
     ws.run_epochs(spark)
     ws.coordinator.finalize()
     latest = ws.store.latest_completed(JOB).checkpoint_id
-    from coordinator import back_edge_logs
+    from coordinator.checkpoints import back_edge_logs
 
     part = next(h for h in back_edge_logs.of_checkpoint(ws.store.sessions, JOB, latest) if h.records)
     ws.coordinator.inject()

@@ -17,8 +17,8 @@ from sqlalchemy import text  # noqa: E402
 from absreplay import orchestration  # noqa: E402
 from absreplay.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
 from coordinator.catalog.models import Job, utcnow  # noqa: E402
+from coordinator.checkpoints.lifecycle import FailureReason  # noqa: E402
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError  # noqa: E402
-from coordinator.lifecycle import FailureReason  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 

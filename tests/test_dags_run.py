@@ -24,7 +24,7 @@ from airflow.utils.session import create_session  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from coordinator.lifecycle import CheckpointStatus  # noqa: E402
+from coordinator.checkpoints.lifecycle import CheckpointStatus  # noqa: E402
 from tests.helpers import Workspace, make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.heavy(seconds=170)]

@@ -12,8 +12,8 @@ from absreplay_examples.union_find import components, labels_at, read_edges
 from coordinator.catalog.models import DeadLetter
 from absreplay_examples.definitions import connected_components
 from absreplay_examples.connected_components import edge_problem, parse_edge
-from coordinator.record_formats import TextLines
-from coordinator.source import scan_segment
+from coordinator.sources.record_formats import TextLines
+from coordinator.sources.source import scan_segment
 from tests.helpers import make_workspace
 
 

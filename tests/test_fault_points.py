@@ -26,8 +26,8 @@ import pytest
 
 from coordinator.faults import POINTS, ProcessCrash
 from absreplay_examples.definitions import wordcount
-from coordinator.policy import CheckpointPolicy
-from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
+from coordinator.checkpoints.policy import CheckpointPolicy
+from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from tests.helpers import cli, cli_ok, kill_when, lost_and_duplicated, make_workspace, start
 
 pytestmark = pytest.mark.spark

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
 from absreplay_examples.definitions import wordcount
 
 

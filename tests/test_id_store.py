@@ -16,9 +16,9 @@ from absreplay_examples.sample_data import land_jsonl_segment, land_segment
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import IdFilter, RecordId
 from coordinator.errors import AbsError
-from coordinator.id_store import Arrival, BloomFilter, IdStore, IdStorePolicy, Verdict
+from coordinator.sources.id_store import Arrival, BloomFilter, IdStore, IdStorePolicy, Verdict
 from absreplay_examples.definitions import wordcount
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.store import CheckpointStore
 from tests.helpers import make_workspace
 
 JOB = "wordcount"

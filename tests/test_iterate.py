@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
-from coordinator.iterate import LoopStep, check_loop, iterate
+from coordinator.dataflow.graph import Edge, GraphError, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
 from absreplay_examples.definitions import connected_components, wordcount
 
 K = OperatorKind

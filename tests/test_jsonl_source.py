@@ -1,6 +1,6 @@
 """`.jsonl` segments: records with explicit ids; what counts as a record and what is a dead letter.
 
-The source (coordinator.source) and the independent recount (absreplay_examples.recount)
+The source (coordinator.sources.source) and the independent recount (absreplay_examples.recount)
 implement the rules separately; every case here is checked against both.
 """
 
@@ -10,8 +10,8 @@ import pytest
 
 from absreplay_examples.recount import id_record
 from absreplay_examples.connected_components import edge_problem
-from coordinator.record_formats import TextLines
-from coordinator.source import BadIdRecordError, parse_id_record, scan_segment
+from coordinator.sources.record_formats import TextLines
+from coordinator.sources.source import BadIdRecordError, parse_id_record, scan_segment
 
 VALID = [
     (b'{"id": "a-1", "ts": 10, "line": "Hello world"}', ("a-1", 10, "Hello world")),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.catalog.db import make_engine
-from coordinator.lease import LeaseHeldError, processing_lease
+from coordinator.checkpoints.lease import LeaseHeldError, processing_lease
 from tests.helpers import make_workspace
 
 
@@ -45,7 +45,7 @@ def test_no_checkpoint_expires_while_a_processing_run_holds_the_lease(tmp_path, 
     from datetime import timedelta
 
     from coordinator.catalog.models import utcnow
-    from coordinator.lease import expire_unless_processing
+    from coordinator.checkpoints.lease import expire_unless_processing
 
     ws = make_workspace(tmp_path, catalog_url)
     ws.land(0, lines=10)

@@ -20,15 +20,15 @@ from sqlalchemy import select
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import SinkTransaction, TaskAck, utcnow
-from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
 from absreplay_examples.definitions import wordcount
-from coordinator.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition
 
 WORDCOUNT = wordcount()
-from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
-from coordinator.policy import CheckpointPolicy
-from coordinator.store import CheckpointStore
-from coordinator.state_handle import StateHandle
+from coordinator.checkpoints.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
+from coordinator.checkpoints.policy import CheckpointPolicy
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.checkpoints.state_handle import StateHandle
 
 GRAPH = JobGraph(
     operators=(

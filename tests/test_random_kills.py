@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from coordinator.manifests import StagedOutputError
+from coordinator.checkpoints.manifests import StagedOutputError
 from tests.helpers import lost_and_duplicated, make_workspace, run_ok, start
 
 pytestmark = [pytest.mark.spark, pytest.mark.heavy(seconds=150)]

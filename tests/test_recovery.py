@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from coordinator import recovery
+from coordinator.checkpoints import recovery
+from coordinator.checkpoints.lifecycle import CheckpointStatus
+from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.errors import StateIntegrityError, UsageError
 from coordinator.faults import ProcessCrash
-from coordinator.lifecycle import CheckpointStatus
-from coordinator.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from tests.helpers import cli, make_workspace
 
 pytestmark = pytest.mark.spark

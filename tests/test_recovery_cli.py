@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from coordinator import recovery
 from coordinator.catalog.db import make_engine
-from coordinator.lease import processing_lease
+from coordinator.checkpoints import recovery
+from coordinator.checkpoints.lease import processing_lease
 from tests.helpers import cli, cli_ok, make_workspace
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 from sqlalchemy import text
 
-from coordinator import back_edge_logs, recovery
+from coordinator.checkpoints import back_edge_logs, recovery
 from coordinator.sinks import transactions as sinks
 from absreplay_examples.definitions import connected_components
-from coordinator.recovery import RecoveryKind, RecoveryMode
+from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode
 from tests.helpers import make_workspace, stage_counts
 
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from absreplay import orchestration
-from coordinator.lifecycle import FailureReason
-from coordinator.state_handle import StateHandle
+from coordinator.checkpoints.lifecycle import FailureReason
+from coordinator.checkpoints.state_handle import StateHandle
 from tests.helpers import cli, cli_ok, make_workspace
 
 JOB = "wordcount"

@@ -12,7 +12,7 @@ import json
 import pytest
 from sqlalchemy import text
 
-from coordinator import recovery
+from coordinator.checkpoints import recovery
 from absreplay_examples.definitions import connected_components
 from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace
 from tests.test_connected_components import JOB as CC, back_edge_records, committed_labels, expected, land_graph

@@ -17,8 +17,8 @@ from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import ConfigError
 from absreplay_examples.definitions import connected_components
 from absreplay_examples.connected_components import edge_problem
-from coordinator.record_formats import TextLines
-from coordinator.segment_reader import (
+from coordinator.sources.record_formats import TextLines
+from coordinator.sources.segment_reader import (
     MAX_LINE_BYTES,
     PAYLOAD_PREVIEW,
     LongLine,
@@ -26,7 +26,7 @@ from coordinator.segment_reader import (
     checksum_of,
     max_line_bytes,
 )
-from coordinator.source import scan_segment, split_records
+from coordinator.sources.source import scan_segment, split_records
 from tests.helpers import make_workspace
 
 MiB = 1 << 20

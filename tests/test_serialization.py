@@ -16,11 +16,11 @@ from sqlalchemy import text
 
 from coordinator.sinks.sql_table import SqlTableTarget
 from coordinator.catalog.db import make_engine
-from coordinator.coordinator import CheckpointCoordinator
+from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.errors import FencedError
-from coordinator.lease import lease_key, processing_lease
-from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason
-from coordinator.store import CheckpointStore
+from coordinator.checkpoints.lease import lease_key, processing_lease
+from coordinator.checkpoints.lifecycle import AckResult, CheckpointStatus, FailureReason
+from coordinator.checkpoints.store import CheckpointStore
 from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace, stage_counts
 
 SLOW = "slow-finalize"

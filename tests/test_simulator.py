@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from coordinator.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.simulator import (
     RULES,
     Barrier,

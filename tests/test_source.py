@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import text
 
 from coordinator.errors import SourceError
-from coordinator.source import list_partitions, list_segments, scan_segment, split_records
+from coordinator.sources.source import list_partitions, list_segments, scan_segment, split_records
 from tests.helpers import make_workspace
 
 

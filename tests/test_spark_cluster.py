@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from pyspark.find_spark_home import _find_spark_home  # noqa: E402
 
-from coordinator.lifecycle import CheckpointStatus  # noqa: E402
+from coordinator.checkpoints.lifecycle import CheckpointStatus  # noqa: E402
 from tests.helpers import free_port, stop_process_group, make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=55)]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from coordinator import manifests
+from coordinator.checkpoints import manifests
 from tests.helpers import cli, lost_and_duplicated, make_workspace, stage_counts
 
 

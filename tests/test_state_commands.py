@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from absreplay_examples.sample_data import land_segment
 from absreplay_examples.union_find import labels_at
-from coordinator import back_edge_logs
+from coordinator.checkpoints import back_edge_logs
 from absreplay_examples.definitions import connected_components
 from tests.helpers import cli, cli_ok, make_workspace
 

@@ -12,10 +12,10 @@ from coordinator.sinks import transactions as sinks
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import utcnow
 from absreplay_examples.definitions import wordcount
-from coordinator.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
-from coordinator.policy import TriggerDecision
-from coordinator.store import CheckpointStore
-from coordinator.state_handle import StateHandle
+from coordinator.checkpoints.lifecycle import AckResult, CheckpointStatus, FailureReason, SinkTxnStatus
+from coordinator.checkpoints.policy import TriggerDecision
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.checkpoints.state_handle import StateHandle
 
 JOB = wordcount()
 TASKS = [(t.operator, t.subtask) for t in JOB.execution_graph.tasks]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from coordinator.checkpoints.lifecycle import FailureReason
 from coordinator.errors import CheckpointNotFoundError, SourceError
-from coordinator.lifecycle import FailureReason
 from tests.helpers import cli, make_workspace, rewrite_unseen
 
 

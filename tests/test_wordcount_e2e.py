@@ -13,8 +13,8 @@ from sqlalchemy import text
 from coordinator.catalog.db import upgrade
 from coordinator.errors import StateIntegrityError
 from absreplay_examples.definitions import wordcount
-from coordinator.lifecycle import CheckpointStatus, FailureReason
-from coordinator.policy import CheckpointPolicy
+from coordinator.checkpoints.lifecycle import CheckpointStatus, FailureReason
+from coordinator.checkpoints.policy import CheckpointPolicy
 from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.spark

@@ -26,9 +26,9 @@ from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, job_ac
 from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.charts import job_charts
 from absreplay.views import format_bytes
-from coordinator import audit
+from coordinator.catalog import audit
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import CheckpointNotFoundError
-from coordinator.lifecycle import CheckpointStatus
 
 URL_PREFIX = "/absreplay"
 PAGE_SIZE = 25

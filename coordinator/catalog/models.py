@@ -23,7 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from coordinator.lifecycle import CheckpointStatus, FailureReason, SinkTxnStatus
+from coordinator.checkpoints.lifecycle import CheckpointStatus, FailureReason, SinkTxnStatus
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -127,7 +127,7 @@ class SourceSegment(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     #: the content as inject read it (sha256) and the file's mtime then; inject records a newer mtime
-    #: once it found the content unchanged (coordinator.segment_changes), so it is not hashed again
+    #: once it found the content unchanged (coordinator.sources.segment_changes), so it is not hashed again
     checksum: Mapped[str | None] = mapped_column(String(64))
     mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -1,7 +1,7 @@
 """A literal, event-driven simulator of the paper's task-level snapshot algorithms: the test oracle.
 
 Pure Python, no Spark, no Airflow, no I/O. It runs an execution graph
-(``coordinator.graph``) over finite source inputs with FIFO channels and a
+(``coordinator.dataflow.graph``) over finite source inputs with FIFO channels and a
 seeded scheduler, takes checkpoints with Algorithm 1 (``aligned``), Algorithm 2
 (``cyclic``, with back-edge logs) or the variants the paper is compared with
 (``unaligned``, ``at_least_once``, ``sync``), restores from a global snapshot,

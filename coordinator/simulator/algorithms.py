@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from coordinator.graph import Channel
+from coordinator.dataflow.graph import Channel
 from coordinator.simulator.channels import Barrier, Record
 from coordinator.simulator.snapshot import TaskSnapshot
 from coordinator.simulator.tasks import RunningTask

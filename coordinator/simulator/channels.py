@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from coordinator.graph import Channel
+from coordinator.dataflow.graph import Channel
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The reference jobs' semantics for the simulator: word count and label propagation.
 
 They mirror ``spark_jobs.operators`` record by record instead of epoch by
-epoch, so the oracle can run the same job graph (``coordinator.jobs``) over
+epoch, so the oracle can run the same job graph (``coordinator.dataflow.jobs``) over
 the same input with the same barrier cut as the Spark runtime, under any of
 the snapshot algorithms. Both keep the simulator an oracle: their final states
 do not depend on the interleaving (sums; minima over a component).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from coordinator.graph import OperatorKind
+from coordinator.dataflow.graph import OperatorKind
 from coordinator.simulator.channels import Record
 from coordinator.simulator.operators import SOURCE_OFFSET, Emission, Route
 from coordinator.simulator.semantics import hash_partition

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from coordinator.graph import OperatorKind
+from coordinator.dataflow.graph import OperatorKind
 from coordinator.simulator.channels import Record
 
 # Key space of the generated records; small so that keys collide across

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coordinator.graph import ExecutionGraph, JobGraph
+from coordinator.dataflow.graph import ExecutionGraph, JobGraph
 from coordinator.simulator.run import Simulation
 from coordinator.simulator.semantics import GENERIC, Semantics
 from coordinator.simulator.sources import Cut

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from coordinator.graph import Channel, ExecutionGraph, JobGraph, OperatorKind
+from coordinator.dataflow.graph import Channel, ExecutionGraph, JobGraph, OperatorKind
 from coordinator.simulator.algorithms import RULES, Rules, SnapshotMode, SnapshotProtocol
 from coordinator.simulator.channels import Barrier, ChannelQueue
 from coordinator.simulator.errors import SimulationError, SimulationInputError

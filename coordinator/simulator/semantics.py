@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Protocol
 
-from coordinator.graph import OperatorKind
+from coordinator.dataflow.graph import OperatorKind
 from coordinator.simulator import operators
 from coordinator.simulator.channels import Record
 from coordinator.simulator.operators import Emission

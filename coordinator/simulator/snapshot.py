@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.graph import Channel
+from coordinator.dataflow.graph import Channel
 from coordinator.simulator.channels import Record
 from coordinator.simulator.operators import SOURCE_OFFSET
 

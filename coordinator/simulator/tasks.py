@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.graph import Channel, Edge, OperatorKind, Partitioning, Task
+from coordinator.dataflow.graph import Channel, Edge, OperatorKind, Partitioning, Task
 from coordinator.simulator.channels import Barrier, ChannelQueue, Record
 from coordinator.simulator.operators import Route
 from coordinator.simulator.semantics import GENERIC, Semantics, hash_partition

@@ -10,7 +10,7 @@ status change, so the table only ever shows output as of a committed
 checkpoint; transactions commit in checkpoint order. Abort only changes the
 status: the files go with the checkpoint's directory.
 
-Verification: the ack recorded the staged files' manifest (coordinator.manifests);
+Verification: the ack recorded the staged files' manifest (coordinator.checkpoints.manifests);
 a commit reads the files through it, so a missing, truncated or replaced file
 commits nothing, leaves the marks alone and names the checkpoint and the file
 (``StagedOutputError``). A recovery that replays the checkpoint's epoch anyway
@@ -37,12 +37,12 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from coordinator import back_edge_logs, manifests, state_files
 from coordinator.catalog.models import Checkpoint, SinkTransaction, SinkWatermark, SourceCut, utcnow
+from coordinator.checkpoints import back_edge_logs, manifests, state_files
+from coordinator.checkpoints.lifecycle import CheckpointStatus, SinkTxnStatus
+from coordinator.dataflow.jobs import JobDefinition, SinkSpec
 from coordinator.errors import SinkCommitError
 from coordinator.faults import fault_point
-from coordinator.jobs import JobDefinition, SinkSpec
-from coordinator.lifecycle import CheckpointStatus, SinkTxnStatus
 from coordinator.sinks.base import SinkTarget
 
 

@@ -32,7 +32,7 @@ from coordinator.errors import UsageError
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from coordinator.store import CheckpointStore
+    from coordinator.checkpoints.store import CheckpointStore
 
 
 class LeaseHeldError(UsageError):

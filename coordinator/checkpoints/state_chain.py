@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coordinator.checkpoints.store import CheckpointStore
 from coordinator.errors import StateIntegrityError
-from coordinator.store import CheckpointStore
 
 
 @dataclass(frozen=True)

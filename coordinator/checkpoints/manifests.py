@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from coordinator import state_files
+from coordinator.checkpoints import state_files
 from coordinator.errors import AbsError
 
 MANIFEST = "_manifest.json"

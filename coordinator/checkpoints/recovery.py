@@ -31,9 +31,9 @@ from sqlalchemy.orm import Session
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import Checkpoint, Recovery, SinkTransaction, SourceCut, utcnow
 from coordinator.errors import CheckpointNotFoundError, UsageError
-from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
-from coordinator.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
+from coordinator.checkpoints.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
+from coordinator.checkpoints.store import CheckpointStore
 
 
 class RecoveryKind(StrEnum):

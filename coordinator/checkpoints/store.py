@@ -1,4 +1,4 @@
-"""The checkpoint store: the lifecycle rules of ``coordinator.lifecycle`` applied to catalog rows.
+"""The checkpoint store: the lifecycle rules of ``coordinator.checkpoints.lifecycle`` applied to catalog rows.
 
 Each public method is one explicit transaction. Concurrency is left to the
 database: every transaction that changes a job's checkpoints, sink or marks
@@ -6,7 +6,7 @@ first locks the job row (``SELECT ... FOR UPDATE`` on PostgreSQL, ``BEGIN
 IMMEDIATE`` on SQLite), so they are serialized per job; and (job,
 checkpoint_id) is a primary key, so ids strictly increase per job even under
 concurrent triggers. A processing run writes through ``fenced(token)``: the same
-lock also checks that the run still owns the job (coordinator.lease).
+lock also checks that the run still owns the job (coordinator.checkpoints.lease).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from datetime import datetime
 from sqlalchemy import Engine, delete, func, select, text
 from sqlalchemy.orm import Session
 
-from coordinator import back_edge_logs, rescale
 from coordinator.catalog.db import session_factory
 from coordinator.catalog.models import (
     Checkpoint,
@@ -30,9 +29,8 @@ from coordinator.catalog.models import (
     TaskAck,
     utcnow,
 )
-from coordinator.errors import CheckpointNotFoundError, FencedError
-from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import (
+from coordinator.checkpoints import back_edge_logs, rescale
+from coordinator.checkpoints.lifecycle import (
     AckResult,
     CheckpointEvent,
     CheckpointStatus,
@@ -41,8 +39,10 @@ from coordinator.lifecycle import (
     ack_result,
     transition,
 )
-from coordinator.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
-from coordinator.state_handle import StateHandle, handle_columns
+from coordinator.checkpoints.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
+from coordinator.checkpoints.state_handle import StateHandle, handle_columns
+from coordinator.dataflow.jobs import JobDefinition
+from coordinator.errors import CheckpointNotFoundError, FencedError
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.graph import ExecutionGraph, JobGraph
-from coordinator.iterate import loop_of
-from coordinator.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.record_formats import RecordFormat, TextLines
+from coordinator.dataflow.graph import ExecutionGraph, JobGraph
+from coordinator.dataflow.iterate import loop_of
+from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
+from coordinator.sources.record_formats import RecordFormat, TextLines
 from coordinator.sinks.base import SinkTarget
 from coordinator.sinks.declarations import SinkDeclaration
 from coordinator.types import Schema, arrow_schema

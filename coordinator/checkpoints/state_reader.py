@@ -1,7 +1,7 @@
 """An operator's keyed state at any retained checkpoint, read straight from its snapshot files
 with pyarrow: no Spark, no JVM, so "what did key K look like at checkpoint 812" takes a second.
 
-The files are the chain ``coordinator.state_chain`` names (every subtask that acked the
+The files are the chain ``coordinator.checkpoints.state_chain`` names (every subtask that acked the
 checkpoint, each back to its full snapshot); per key the row with the newest ``updated``
 wins, exactly as a restore does. Read whole (no key asked for), each file set's row count
 is checked against its ack; restores additionally check the content checksums (Spark's
@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from coordinator import state_chain, state_files
+from coordinator.checkpoints import state_chain, state_files
+from coordinator.checkpoints.lifecycle import CheckpointStatus
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError, UsageError
-from coordinator.jobs import JobDefinition
-from coordinator.lifecycle import CheckpointStatus
-from coordinator.store import CheckpointStore
 
 UPDATED = "updated"
 

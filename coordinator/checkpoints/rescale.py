@@ -20,11 +20,11 @@ import json
 from typing import TYPE_CHECKING
 
 from coordinator.catalog.models import Job
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import UsageError
-from coordinator.jobs import JobDefinition
 
 if TYPE_CHECKING:
-    from coordinator.store import CheckpointStore
+    from coordinator.checkpoints.store import CheckpointStore
 
 
 def check(job: Job, parallelism: int) -> None:

@@ -3,7 +3,7 @@
 A segment is read in chunks of ``CHUNK_BYTES``, never whole, so scanning it
 holds at most one chunk and one line (at most ``max_line_bytes()``) in memory,
 whatever the file's size. Its records are its lines, split at ``\\n`` exactly as
-``coordinator.source.split_records`` splits bytes: a final newline does not
+``coordinator.sources.source.split_records`` splits bytes: a final newline does not
 start another record.
 
 A line longer than the maximum (``MAX_LINE_BYTES``, 1 MiB; the environment

@@ -15,16 +15,17 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator import id_store, segment_changes, source, state_files
+from coordinator.checkpoints import state_files
+from coordinator.sources import id_store, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.errors import TolerableFailuresExceededError
 from coordinator.faults import fault_point
-from coordinator.jobs import JobDefinition
-from coordinator.lease import expire_unless_processing
-from coordinator.lifecycle import CheckpointStatus
-from coordinator.segment_reader import max_line_bytes
-from coordinator.store import CheckpointStore, TriggerOutcome
+from coordinator.dataflow.jobs import JobDefinition
+from coordinator.checkpoints.lease import expire_unless_processing
+from coordinator.checkpoints.lifecycle import CheckpointStatus
+from coordinator.sources.segment_reader import max_line_bytes
+from coordinator.checkpoints.store import CheckpointStore, TriggerOutcome
 
 
 @dataclass
@@ -54,7 +55,7 @@ class CheckpointCoordinator:
         partition's end offset.
 
         A registered segment that changed, was renamed, or is gone while still needed stops the
-        barrier with a SourceError naming it (``coordinator.segment_changes``). Records of ``.jsonl``
+        barrier with a SourceError naming it (``coordinator.sources.segment_changes``). Records of ``.jsonl``
         segments also go through the id store: duplicates and late records become dead letters,
         which processing skips."""
         job = self.job.name

@@ -33,9 +33,9 @@ from enum import StrEnum
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from coordinator import source
 from coordinator.catalog.models import DeadLetter, IdFilter, IdWatermark, RecordId
-from coordinator.policy import IdStorePolicy
+from coordinator.checkpoints.policy import IdStorePolicy
+from coordinator.sources import source
 
 # stays below SQLite's and PostgreSQL's bind-parameter limits (32,766 and 65,535)
 QUERY_CHUNK = 1000

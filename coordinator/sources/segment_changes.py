@@ -31,9 +31,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from coordinator.catalog.models import Checkpoint, SourceCut, SourceSegment
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import SourceError
-from coordinator.lifecycle import CheckpointStatus
-from coordinator.segment_reader import checksum_of
+from coordinator.sources.segment_reader import checksum_of
 
 IMMUTABLE = (
     "a segment must not change once it has its final name, and a name is not reused: put the registered "

@@ -6,14 +6,14 @@ ignored. Segments are registered in the catalog in name order, which is their
 arrival order; a segment's records (its lines) get consecutive offsets after
 the partition's previous segments, so a record's sequence number is its
 offset in its partition. A segment is scanned as a stream
-(``coordinator.segment_reader``), which also gives its size and content
+(``coordinator.sources.segment_reader``), which also gives its size and content
 checksum. Lines that are not valid UTF-8, or longer than the maximum line
 length, become dead letters.
 
 Segments whose name ends in ``.jsonl`` carry explicit record ids: one JSON
 object per line, ``{"id": "<string>", "ts": <event time, seconds>, "line":
 "<text>"}``. Their offsets work exactly as for text; scanning also returns each
-record's id and event time for the id store (``coordinator.id_store``), and a
+record's id and event time for the id store (``coordinator.sources.id_store``), and a
 line that is not such an object is a dead letter like a line that is not UTF-8.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
-from coordinator.record_formats import TextLines
-from coordinator.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, preview
+from coordinator.sources.record_formats import TextLines
+from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
@@ -64,7 +64,7 @@ class ScannedSegment:
     path: Path
     records: int
     bytes: int
-    #: sha256 of the content read (``coordinator.segment_reader``) and the file's mtime when opened
+    #: sha256 of the content read (``coordinator.sources.segment_reader``) and the file's mtime when opened
     checksum: str
     mtime_ns: int
     bad_records: list[BadRecord] = field(default_factory=list)
@@ -235,9 +235,9 @@ def long_line_reason(line: LongLine, limit: int) -> str:
 def scan_segment(
     partition: str, path: Path, lines: TextLines | None = None, max_line: int | None = None
 ) -> ScannedSegment:
-    """Count a segment's records, streamed (``coordinator.segment_reader``), with its size, checksum and
+    """Count a segment's records, streamed (``coordinator.sources.segment_reader``), with its size, checksum and
     mtime. Bad records (dead letters): lines longer than the maximum, lines that are not UTF-8 or not of
-    the job's records (``coordinator.record_formats``), and in ``.jsonl`` segments lines that
+    the job's records (``coordinator.sources.record_formats``), and in ``.jsonl`` segments lines that
     are not id records."""
     lines = lines or TextLines()
     reader = SegmentReader(path, max_line)
