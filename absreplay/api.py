@@ -34,13 +34,13 @@ from absreplay.job_graph import build_definition
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
-from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, RecordFormat, TextLines
+from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
 
 __all__ = [
     "Aggregate", "CheckpointPolicy", "Csv", "DeltaTable", "IdStorePolicy", "Job", "JsonLines", "KeyedStream",
     "LineCheck", "Loop", "ParquetDirectory", "Sliding", "SqlTable", "Stream", "TextLines", "Tumbling", "combine",
-    "count", "json_lines", "csv", "max", "mean", "min", "sum",
+    "count", "json_lines", "csv", "max", "mean", "min", "parquet", "sum",
 ]
 
 Transform = Callable[[Any], Any]  # DataFrame -> DataFrame
@@ -58,6 +58,11 @@ def json_lines(fields: Types, time: str | None = None) -> JsonLines:
 
 def csv(fields: Types, time: str | None = None, delimiter: str = ",") -> Csv:
     return Csv(_schema(fields), time, delimiter)
+
+
+def parquet(fields: Types, time: str | None = None) -> ParquetFiles:
+    """Parquet segment files, one record a row, with these columns (others are not read)."""
+    return ParquetFiles(_schema(fields), time)
 
 
 # -- keyed aggregates -------------------------------------------------------------------------------

@@ -103,3 +103,34 @@ def read_epoch(
         jsonl = F.col("segment").endswith(ID_SEGMENT_SUFFIX)
         records = records.withColumn("line", F.when(jsonl, json_line(F.col("line"))).otherwise(F.col("line")))
     return records.select("partition", "seq", "line")
+
+
+def read_parquet_epoch(
+    spark: SparkSession,
+    input_dir: Path,
+    segments: Sequence[SourceSegment],
+    columns: Sequence[str],
+    dead_offsets: Sequence[tuple[str, int]] = (),
+) -> DataFrame | None:
+    """Records (partition, seq, declared columns...) of an epoch of Parquet segments (None: no segment): a row's sequence
+    number is its segment's first offset plus its row index in the file (``_metadata.row_index``)."""
+    if not segments:
+        return None
+    depth = 1 + segments[0].partition.count("/")
+    paths = [str(input_dir / s.partition / s.name) for s in segments]
+    meta = spark.createDataFrame(
+        [(s.partition, s.name, s.first_offset, s.records) for s in segments], SEGMENTS_SCHEMA
+    )
+    parts = F.split(F.col("_metadata.file_path"), "/")
+    rows = spark.read.parquet(*paths).select(
+        F.array_join(F.slice(parts, -(depth + 1), depth), "/").alias("partition"),
+        F.element_at(parts, -1).alias("segment"),
+        F.col("_metadata.row_index").alias("row"),
+        *[F.col(c) for c in columns],
+    )
+    records = rows.join(F.broadcast(meta), ["partition", "segment"]).select(
+        "partition", (F.col("first_offset") + F.col("row")).alias("seq"), *columns)
+    if dead_offsets:
+        dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
+        records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
+    return records

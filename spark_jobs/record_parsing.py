@@ -12,14 +12,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from coordinator.sources.record_formats import Csv, JsonLines, RecordFormat
+from coordinator.sources.record_formats import Csv, JsonLines, ParquetFiles, RecordFormat
 from spark_jobs.spark_types import spark_schema
 
 POSITION = (StructField("_partition", StringType(), False), StructField("_seq", LongType(), False))
 
 
 def record_schema(fmt: RecordFormat, positions: bool) -> StructType:
-    if isinstance(fmt, JsonLines | Csv):
+    if isinstance(fmt, JsonLines | Csv | ParquetFiles):
         fields = list(spark_schema(fmt.fields, nullable=True).fields)
     else:
         fields = [StructField("line", StringType(), True)]
@@ -30,6 +30,8 @@ def parse(fmt: RecordFormat, lines: DataFrame) -> DataFrame:
     """Records from ``lines`` (``line``, and ``partition`` / ``seq`` when read with positions)."""
     positions = [F.col("partition").alias("_partition"), F.col("seq").alias("_seq")] \
         if "seq" in lines.columns else []
+    if isinstance(fmt, ParquetFiles):  # read as columns already (``epoch_source.read_parquet_epoch``)
+        return lines.select(*[F.col(c).cast(t) for c, t in fmt.fields], *positions)
     if isinstance(fmt, JsonLines):
         parsed = F.from_json(F.col("line"), spark_schema(fmt.fields, nullable=True))
     elif isinstance(fmt, Csv):

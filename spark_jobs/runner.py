@@ -26,11 +26,12 @@ from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
+from coordinator.sources.record_formats import ParquetFiles
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import dataflow_of
-from spark_jobs.epoch_source import read_epoch, read_lines
+from spark_jobs.epoch_source import read_epoch, read_lines, read_parquet_epoch
 from spark_jobs.progress import Steps
-from spark_jobs.record_parsing import parse
+from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 
@@ -159,7 +160,12 @@ class EpochRunner:
         for name, fmt in self.job.sources:
             segments = [s for s in plan.segments if not many or s.partition.split("/", 1)[0] == name]
             dead = [(p, o) for p, o in plan.dead_offsets if not many or p.split("/", 1)[0] == name]
-            if self.flow.needs_sequence_numbers or dead or fmt.checks_each_line:
+            if isinstance(fmt, ParquetFiles):
+                lines = read_parquet_epoch(self.spark, self.input_dir, segments, [c for c, _ in fmt.fields], dead)
+                if lines is None:
+                    lines = self.spark.createDataFrame([], record_schema(fmt, True)).withColumnRenamed(
+                        "_partition", "partition").withColumnRenamed("_seq", "seq")
+            elif self.flow.needs_sequence_numbers or dead or fmt.checks_each_line:
                 lines = read_epoch(self.spark, self.input_dir, segments, dead)
             else:
                 lines = read_lines(self.spark, self.input_dir, segments)

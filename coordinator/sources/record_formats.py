@@ -108,4 +108,19 @@ class Csv:
         return None
 
 
-RecordFormat = TextLines | JsonLines | Csv
+@dataclass(frozen=True)
+class ParquetFiles:
+    """Parquet segment files, one record a row, with the declared ``fields`` (other columns are not
+    read); ``time_field`` as for ``JsonLines``. A file without a declared field, or with another type,
+    is refused at inject, naming the file; a row with a null field is a dead letter."""
+
+    fields: tuple[tuple[str, str], ...]
+    time_field: str | None = None
+
+    checks_each_line = False
+
+    def problem(self, line: bytes) -> str | None:
+        return None
+
+
+RecordFormat = TextLines | JsonLines | Csv | ParquetFiles

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
-from coordinator.sources.record_formats import TextLines
-from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, preview
+from coordinator.sources.record_formats import ParquetFiles, TextLines
+from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_of, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
@@ -240,6 +240,8 @@ def scan_segment(
     the job's records (``coordinator.sources.record_formats``), and in ``.jsonl`` segments lines that
     are not id records."""
     lines = lines or TextLines()
+    if isinstance(lines, ParquetFiles):
+        return scan_parquet(partition, path, lines)
     reader = SegmentReader(path, max_line)
     id_segment = is_id_segment(path.name)
     check_each = id_segment or lines.checks_each_line
@@ -289,3 +291,40 @@ def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, str]:
 def source_subtask(partition: str, parallelism: int) -> int:
     """Which source subtask reads a partition: stable when partitions are added."""
     return zlib.crc32(partition.encode()) % parallelism
+
+
+def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegment:
+    """A Parquet segment: its rows (from the footer), size, checksum and mtime; a row with a null in a
+    declared field is a dead letter. SourceError (exit 2) for a file that is not Parquet or lacks a
+    declared field or has it with another type: nothing of the batch is registered."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from coordinator.types import arrow_type
+
+    stat = path.stat()
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise SourceError(f"segment {path} is not a Parquet file: {str(exc).splitlines()[0]}") from None
+    schema = parquet.schema_arrow
+    for name, t in fmt.fields:
+        if name not in schema.names:
+            raise SourceError(f"segment {path} has no column {name!r} (the job declares {fmt.fields})")
+        found, wanted = schema.field(name).type, arrow_type(t)
+        if not (found == wanted or (pa.types.is_string(wanted) and pa.types.is_large_string(found))):
+            raise SourceError(f"segment {path}: column {name!r} is {found}, the job declares {t}")
+    bad: list[BadRecord] = []
+    rows = parquet.read(columns=[name for name, _ in fmt.fields])
+    valid = None
+    for column in rows.columns:
+        mask = column.is_valid()
+        valid = mask if valid is None else pc.and_(valid, mask)
+    if valid is not None and rows.num_rows and not pc.all(valid).as_py():
+        for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
+            row = rows.slice(i, 1).to_pylist()[0]
+            nulls = ", ".join(k for k, v in row.items() if v is None)
+            bad.append(BadRecord(i, f"field(s) {nulls} are null", preview(json.dumps(row, default=str).encode())))
+    return ScannedSegment(partition, path.name, path, rows.num_rows, stat.st_size, checksum_of(path),
+                          stat.st_mtime_ns, bad, [])
