@@ -51,9 +51,11 @@ def _schema(fields: Types) -> Schema:
     return tuple((c, ddl(t)) for c, t in fields.items())
 
 
-def json_lines(fields: Types, time: str | None = None) -> JsonLines:
-    """JSON objects, one a line, with these fields; ``time``: the event-time field (epoch ms)."""
-    return JsonLines(_schema(fields), time)
+def json_lines(fields: Types, time: str | None = None, id: str | None = None) -> JsonLines:  # noqa: A002
+    """JSON objects, one a line, with these fields; ``time``: the event-time field (epoch ms); ``id``: the
+    records' id field: a record whose id was seen already is a dead letter (exactly once for sources
+    that resend)."""
+    return JsonLines(_schema(fields), time, id)
 
 
 def csv(fields: Types, time: str | None = None, delimiter: str = ",") -> Csv:

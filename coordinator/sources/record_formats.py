@@ -63,10 +63,22 @@ def _csv_fits(text: str, ddl_type: str) -> bool:
 @dataclass(frozen=True)
 class JsonLines:
     """One JSON object a line with the declared ``fields`` (name -> type; other keys are ignored).
-    ``time_field``: an integer field in epoch milliseconds, the record's event time (windows)."""
+    ``time_field``: an integer field in epoch milliseconds, the record's event time (windows).
+    ``id_field``: the record's id (a string or integer field): a record whose id was seen already is a
+    dead letter at inject (the id store: Bloom filters and exact ids per event-time window)."""
 
     fields: tuple[tuple[str, str], ...]
     time_field: str | None = None
+    id_field: str | None = None
+
+    def __post_init__(self) -> None:
+        names = dict(self.fields)
+        if self.id_field is not None and (names.get(self.id_field) not in ("string", "long", "int")
+                                          or self.time_field is None):
+            raise ValueError(f"id field {self.id_field!r}: declare it among the fields as str or int, and a "
+                             "time field (the id store keeps ids per event-time window)")
+        if self.time_field is not None and names.get(self.time_field) not in ("long", "int"):
+            raise ValueError(f"time field {self.time_field!r}: declare it among the fields as int (epoch ms)")
 
     checks_each_line = True
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
-from coordinator.sources.record_formats import ParquetFiles, TextLines
+from coordinator.sources.record_formats import JsonLines, ParquetFiles, TextLines
 from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_of, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
@@ -220,6 +220,20 @@ def _id_record(i: int, line: bytes, lines: TextLines) -> IdRecord | BadRecord:
     return IdRecord(i, rid, ts)
 
 
+def _field_id_record(i: int, line: bytes, fmt: JsonLines) -> IdRecord | BadRecord:
+    """A JSON line (already checked against its fields) as an id record: its id field, and its event
+    time (ms) in seconds, the id store's unit."""
+    obj = json.loads(line)
+    rid, ts = obj[fmt.id_field], obj[fmt.time_field]
+    rid = str(rid) if type(rid) is int else rid
+    if not 1 <= len(rid) <= MAX_ID_LENGTH or "\x00" in rid:
+        return BadRecord(i, f"id field {fmt.id_field!r} must be 1 to {MAX_ID_LENGTH} characters, no NUL",
+                         preview(line))
+    if not 0 <= ts // 1000 <= MAX_EVENT_TIME:
+        return BadRecord(i, f"time field {fmt.time_field!r} must be a non-negative epoch time in ms", preview(line))
+    return IdRecord(i, rid, ts // 1000)
+
+
 def _text_problem(line: bytes, lines: TextLines) -> str | None:
     try:
         line.decode("utf-8")
@@ -263,6 +277,12 @@ def scan_segment(
                     bad.append(found)
             elif problem := _text_problem(line, lines):
                 bad.append(BadRecord(i, problem, preview(line)))
+            elif getattr(lines, "id_field", None):
+                found = _field_id_record(i, line, lines)
+                if isinstance(found, IdRecord):
+                    ids.append(found)
+                else:
+                    bad.append(found)
         records += len(batch)
     return ScannedSegment(partition, path.name, path, records, reader.bytes, reader.checksum, reader.mtime_ns,
                           bad, ids)
