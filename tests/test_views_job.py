@@ -88,6 +88,14 @@ def test_run_verify_and_rewind_through_the_command_line(views, spark, pg_url) ->
     out = cli_ok(ws, "state", "views_by_country", "--checkpoint", "6", "--operator", "enrich", "--format", "json")
     state = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert {row["_side"] for row in state} <= {"L", "R"} and any(row["_side"] == "R" for row in state)
+    # the window's state between two checkpoints: a window that left it was emitted, once, to both sinks
+    out = cli_ok(ws, "diff", "views_by_country", "--from", "5", "--to", "6", "--operator", "per_minute",
+                 "--format", "json")
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    left = {(r["country"], r["page"], r["window_start"]) for r in rows if r["change"] == "removed"}
+    emitted = {(c, p, w) for c, p, w, _, _ in views_data.sink_rows(sinks_of(ws)["to_delta"])}
+    assert left and left <= emitted
+    assert all(r["views_to"] >= r["views_from"] for r in rows if r["change"] == "changed")
 
 
 @pytest.mark.heavy(seconds=170)

@@ -122,14 +122,19 @@ def _typed(key: str, arrow_type: pa.DataType) -> object:
 
 
 def diff(store: CheckpointStore, job: JobDefinition, from_id: int, to_id: int, operator: str | None = None) -> StateDiff:
-    """Keys added, removed and changed (any value column) between two checkpoints' states."""
+    """Rows added, removed and changed (any value column) between two checkpoints' states, a row being
+    a key, or what identifies a row of a state keyed by several columns (a window's key and start)."""
     before, after = (state_at(store, job, c, operator) for c in (from_id, to_id))
-    key = key_of(job, operator)
+    identity = list(job.state(check_operator(job, operator)).identity)
+    key = identity[0]
     if before.num_rows == 0:
         before = after.schema.empty_table()
     if after.num_rows == 0:
         after = before.schema.empty_table()
-    values = [c for c in after.column_names if c not in (key, UPDATED)]
+    if len(identity) > 1:  # one comparable column stands for the identity, both sides sorted by it
+        before, after = (_with_identity(t, identity) for t in (before, after))
+        key = IDENTITY
+    values = [c for c in after.column_names if c not in (key, UPDATED, *identity)]
     added = after.filter(pc.invert(pc.is_in(after.column(key), value_set=before.column(key))))
     removed = before.filter(pc.invert(pc.is_in(before.column(key), value_set=after.column(key))))
     # the keys in both, in the same (key) order on each side: compare row by row
@@ -144,7 +149,18 @@ def diff(store: CheckpointStore, job: JobDefinition, from_id: int, to_id: int, o
             ne = pc.fill_null(pc.not_equal(a, b), True).to_pylist()
         differs = [d or n for d, n in zip(differs, ne, strict=True)]
     mask = pa.array(differs, pa.bool_())
-    columns = {key: old.column(key).filter(mask)}
+    columns = {c: old.column(c).filter(mask) for c in identity}
     for c in values:
         columns[f"{c}_from"], columns[f"{c}_to"] = old.column(c).filter(mask), new.column(c).filter(mask)
-    return StateDiff(key, added, removed, pa.table(columns))
+    if key == IDENTITY:
+        added, removed = added.drop_columns([IDENTITY]), removed.drop_columns([IDENTITY])
+    return StateDiff(", ".join(identity), added, removed, pa.table(columns))
+
+
+IDENTITY = "_identity"
+
+
+def _with_identity(rows: pa.Table, identity: list[str]) -> pa.Table:
+    parts = [pc.cast(rows.column(c), pa.string()) for c in identity]
+    joined = pc.binary_join_element_wise(*parts, "\x1f") if rows.num_rows else pa.array([], pa.string())
+    return rows.append_column(IDENTITY, joined).sort_by(IDENTITY)
