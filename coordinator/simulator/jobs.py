@@ -1,6 +1,6 @@
 """The reference jobs' semantics for the simulator: word count and label propagation.
 
-They mirror ``spark_jobs.operators`` record by record instead of epoch by
+They mirror the reference jobs (``absreplay_examples``) record by record instead of epoch by
 epoch, so the oracle can run the same job graph (``coordinator.dataflow.jobs``) over
 the same input with the same barrier cut as the Spark runtime, under any of
 the snapshot algorithms. Both keep the simulator an oracle: their final states
@@ -32,7 +32,7 @@ from coordinator.simulator.operators import SOURCE_OFFSET, Emission, Route
 from coordinator.simulator.semantics import hash_partition
 
 EDGE, ARC, LABEL, UPDATE = "edge", "arc", "label", "update"
-# the tokenizer of spark_jobs.operators.wordcount, in Python's terms (as absreplay_examples.recount)
+# the tokenizer of absreplay_examples.wordcount, in Python's terms (as absreplay_examples.recount)
 NON_WORD = re.compile(r"\W+")
 
 
