@@ -24,7 +24,13 @@ WINDOW_BOUNDS: Schema = (("window_start", "long"), ("window_end", "long"))
 
 
 def hidden(name: str, part: str) -> str:
+    """A state column the operator keeps but does not emit (a mean's sum and count)."""
     return f"{name}__{part}"
+
+
+def emitted(columns: list[str] | tuple[str, ...]) -> list[str]:
+    """The columns an operator emits of its state: all but hidden ones and ``updated``."""
+    return [c for c in columns if "__" not in c and c != "updated"]
 
 
 def aggregate_columns(node: Node) -> Schema:
@@ -50,11 +56,13 @@ def state_spec(node: Node) -> StateSpec:
 def output_schema(node: Node) -> Schema | None:
     """The columns a keyed operator emits (None: a stream of records whose columns Spark knows)."""
     if node.kind in ("aggregate", "process", "iterate"):
-        spec = state_spec(node)
-        return tuple((c, t) for c, t in spec.columns if "__" not in c and c != "updated")
-    if node.kind == "window":
-        return (*node.key, *WINDOW_BOUNDS, *((c, t) for c, t in aggregate_columns(node) if "__" not in c))
-    return None
+        columns = state_spec(node).columns
+    elif node.kind == "window":
+        columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node))
+    else:
+        return None
+    kept = emitted([c for c, _ in columns])
+    return tuple((c, t) for c, t in columns if c in kept)
 
 
 def _sink(job: Job, node: Node) -> SinkSpec:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
+from absreplay.job_graph import emitted, hidden
 from spark_jobs.spark_types import spark_type
 
 LATE_COLUMNS = ("partition", "offset", "reason", "payload")
@@ -34,7 +35,7 @@ def _parts(name: str, agg: Any) -> list[tuple[str, Column, Any]]:
     if agg.kind == "count":
         return [(name, one, F.sum)]
     if agg.kind == "mean":
-        return [(f"{name}__sum", F.col(agg.column).cast("double"), F.sum), (f"{name}__count", one, F.sum),
+        return [(hidden(name, "sum"), F.col(agg.column).cast("double"), F.sum), (hidden(name, "count"), one, F.sum),
                 (name, F.lit(None).cast("double"), F.first)]
     if agg.kind == "combine":
         return [(name, agg.value().cast(t), agg.merge)]
@@ -58,7 +59,7 @@ def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra:
     merged = state.unionByName(rows.select(*contributions)).groupBy(*group).agg(
         *merges, F.max("updated").alias("updated"))
     for name in means:
-        merged = merged.withColumn(name, F.col(f"{name}__sum") / F.col(f"{name}__count"))
+        merged = merged.withColumn(name, F.col(hidden(name, "sum")) / F.col(hidden(name, "count")))
     return merged.select(*columns)
 
 
@@ -86,7 +87,10 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     t = F.col(node.time).cast("long")
     last = F.floor(t / slide).cast("long") * slide  # the latest window holding t starts here
     first = (F.floor((t - size) / slide).cast("long") + 1) * slide
-    assigned = rows.withColumn("window_start", F.explode(F.sequence(first, last, F.lit(slide).cast("long"))))
+    # the newest event time is observed in the pass that folds the epoch: no Spark job of its own
+    seen = Observation()
+    observed = rows if dry else rows.observe(seen, F.max(t).alias("newest"))
+    assigned = observed.withColumn("window_start", F.explode(F.sequence(first, last, F.lit(slide).cast("long"))))
     if mark is not None:
         assigned = assigned.where(F.col("window_start") + size + lateness > mark)
     contributions = [F.col("window_start"), (F.col("window_start") + size).alias("window_end")]
@@ -94,20 +98,16 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
                    columns, checkpoint_id)
     if dry:
         empty = rows.limit(0)
-        return merged, merged.select(*_emitted(columns)), _late(empty, node, F.lit(0), mark), mark
+        return merged, merged.select(*emitted(columns)), _late(empty, node, F.lit(0), mark), mark
     merged = merged.localCheckpoint(eager=True)
     before = mark
-    newest = rows.agg(F.max(t)).first()[0]
+    newest = seen.get["newest"]
     if newest is not None:
         mark = max(mark, newest - node.delay_ms) if mark is not None else newest - node.delay_ms
     fired = (F.col("window_end") + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
     late = rows.limit(0) if before is None else rows.where(last + size + lateness <= F.lit(before))
-    emitted = merged.where(fired).select(*_emitted(columns))
-    return merged.where(~fired), emitted, _late(late, node, last + size, before), mark
-
-
-def _emitted(columns: list[str]) -> list[str]:
-    return [c for c in columns if "__" not in c and c != "updated"]
+    windows = merged.where(fired).select(*emitted(columns))
+    return merged.where(~fired), windows, _late(late, node, last + size, before), mark
 
 
 def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFrame:

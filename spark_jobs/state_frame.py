@@ -1,8 +1,8 @@
 """An operator's keyed state at a retained (completed) checkpoint as a Spark DataFrame, for notebooks and jobs:
 
     from spark_jobs.state_frame import state_dataframe
-    df = state_dataframe(spark, "wordcount", 812)          # verified like a restore
-    df.where("word = 'w1'").show()
+    df = state_dataframe(spark, JOB, 812, OPERATOR)        # verified like a restore
+    df.where(df[KEY] == value).show()
 
 The same chain of files a recovery restores, with every file's rows and checksum checked
 against its ack (StateIntegrityError names a bad one); the pyarrow reader behind

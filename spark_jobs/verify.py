@@ -12,7 +12,7 @@ segment changed or deleted since inject is named: the sources, not the state,
 would differ), 3 when it could not check (a state file missing or corrupt, the
 catalog or Spark failing): "differs" and "could not tell" are never the same answer.
 
-A job with a loop (connected_components) stores, at checkpoint n, state n and
+A job with a loop (an iterate operator) stores, at checkpoint n, state n and
 back-edge log n, and state n alone depends on how many rounds each epoch ran.
 What the pair means does not: fed back into the loop and run until nothing
 circulates, it must give exactly the fixpoint of every record before the cut.
