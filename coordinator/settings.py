@@ -33,7 +33,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
-        env = dict(os.environ if env is None else env)
+        env = dict(current_environ() if env is None else env)
         home = Path(env.get("ABS_HOME") or ".absreplay").expanduser().resolve()
         url = env.get("ABS_DATABASE_URL") or f"sqlite:///{home / 'catalog.db'}"
         parse_url(url)  # fail early, with a one-line message, on a malformed URL
@@ -58,6 +58,18 @@ class Settings:
             "ABS_PARALLELISM": str(self.parallelism or ""),
             "ABS_JOBS_DIR": self.jobs_dir,
         }
+
+
+def current_environ() -> dict[str, str]:
+    """A copy of the environment that tolerates another thread changing it meanwhile: ``dict(os.environ)``
+    raised KeyError when a library removed a variable it had set around an import (Airflow's
+    ``PYDANTIC_DISABLE_PLUGINS``) between listing the keys and reading them."""
+    found = {}
+    for key in list(os.environ):
+        value = os.environ.get(key)
+        if value is not None:
+            found[key] = value
+    return found
 
 
 def _parallelism(value: str | None) -> int | None:
