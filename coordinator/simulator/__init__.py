@@ -5,7 +5,9 @@ Pure Python, no Spark, no Airflow, no I/O. It runs an execution graph
 seeded scheduler, takes checkpoints with Algorithm 1 (``aligned``), Algorithm 2
 (``cyclic``, with back-edge logs) or the variants the paper is compared with
 (``unaligned``, ``at_least_once``, ``sync``), restores from a global snapshot,
-and computes reference states without barriers.
+and computes reference states without barriers. ``weak`` (seed 003) is weak
+consistency (loses records on failure; not exactly-once), opt-in: per-task
+snapshots without barriers and single-task restarts.
 
 Typical use::
 
@@ -28,6 +30,7 @@ from coordinator.simulator.run import Simulation, SimulationResult, restore, sim
 from coordinator.simulator.semantics import GENERIC, Semantics
 from coordinator.simulator.snapshot import GlobalSnapshot, TaskSnapshot
 from coordinator.simulator.sources import Cut
+from coordinator.simulator.weak import TaskFailure, WeakOutcome
 
 __all__ = [
     "GENERIC",
@@ -46,9 +49,11 @@ __all__ = [
     "SimulationInputError",
     "SimulationResult",
     "SnapshotMode",
+    "TaskFailure",
     "TaskSnapshot",
     "Trigger",
     "WORD_COUNT",
+    "WeakOutcome",
     "final_states",
     "loop_rounds",
     "prefix_inputs",

@@ -15,6 +15,9 @@ One set of rules per snapshot mode, applied by one protocol class:
 - ``at_least_once`` (Flink's barrier tracker): never block; copy the state when
   the last regular barrier arrives, so post-barrier records may be in it.
 - ``sync`` has no barriers in channels: the run loop stops the world instead.
+- ``weak`` (seed 003) is weak consistency (loses records on failure; not
+  exactly-once): no barriers in channels either; the run loop triggers each
+  stateful task's own snapshot and restarts a failed task alone (``weak``).
 """
 
 from __future__ import annotations
@@ -29,11 +32,16 @@ from coordinator.simulator.tasks import RunningTask
 
 
 class SnapshotMode(StrEnum):
+    """The snapshot algorithms; all but ``WEAK`` restore a global snapshot and are exactly-once
+    (``AT_LEAST_ONCE`` aside). ``WEAK`` is weak consistency (loses records on failure; not
+    exactly-once), opt-in: nothing defaults to it."""
+
     ALIGNED = "aligned"
     CYCLIC = "cyclic"
     UNALIGNED = "unaligned"
     AT_LEAST_ONCE = "at_least_once"
     SYNC = "sync"
+    WEAK = "weak"  # weak consistency (loses records on failure; not exactly-once)
 
 
 class Trigger(StrEnum):

@@ -61,6 +61,13 @@ class ChannelQueue:
             self._non_empty.discard(self.index)
         return message
 
+    def drain(self) -> list[Message]:
+        """Empty the channel and return what it held: what a failed receiver's input buffer loses."""
+        items = list(self._items)
+        self._items.clear()
+        self._non_empty.discard(self.index)
+        return items
+
     def contents(self) -> tuple[Message, ...]:
         return tuple(self._items)
 

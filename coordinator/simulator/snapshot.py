@@ -7,7 +7,7 @@ checkpoints, the in-flight records of every channel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from coordinator.dataflow.graph import Channel
@@ -15,6 +15,12 @@ from coordinator.simulator.channels import Record
 from coordinator.simulator.operators import SOURCE_OFFSET
 
 ChannelRecords = dict[Channel, tuple[Record, ...]]
+#: (checkpoint id, task name) -> True when that task's snapshot of that checkpoint fails (injected)
+SnapshotFails = Callable[[int, str], bool]
+
+
+def no_snapshot_fails(checkpoint_id: int, task: str) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
