@@ -7,7 +7,8 @@ seeded scheduler, takes checkpoints with Algorithm 1 (``aligned``), Algorithm 2
 (``unaligned``, ``at_least_once``, ``sync``), restores from a global snapshot,
 and computes reference states without barriers. ``weak`` (seed 003) is weak
 consistency (loses records on failure; not exactly-once), opt-in: per-task
-snapshots without barriers and single-task restarts.
+snapshots without barriers and single-task restarts; ``failures`` injects
+seeded task kills and snapshot failures and recovers as each mode does.
 
 Typical use::
 
@@ -23,6 +24,14 @@ for connected_components), to compare the Spark runtime with the oracle.
 from coordinator.simulator.algorithms import RULES, LogScope, Rules, SnapshotMode, Trigger
 from coordinator.simulator.channels import Barrier, Record
 from coordinator.simulator.errors import SimulationError, SimulationInputError
+from coordinator.simulator.failures import (
+    Kill,
+    KilledRun,
+    SnapshotFailures,
+    kill_schedule,
+    lost_and_duplicated,
+    run_with_kills,
+)
 from coordinator.simulator.jobs import LABEL_PROPAGATION, WORD_COUNT
 from coordinator.simulator.operators import KEY_SPACE, loop_rounds
 from coordinator.simulator.reference import final_states, prefix_inputs, prefix_states
@@ -41,6 +50,8 @@ __all__ = [
     "Barrier",
     "Cut",
     "GlobalSnapshot",
+    "Kill",
+    "KilledRun",
     "LogScope",
     "Record",
     "Rules",
@@ -48,6 +59,7 @@ __all__ = [
     "SimulationError",
     "SimulationInputError",
     "SimulationResult",
+    "SnapshotFailures",
     "SnapshotMode",
     "TaskFailure",
     "TaskSnapshot",
@@ -55,9 +67,12 @@ __all__ = [
     "WORD_COUNT",
     "WeakOutcome",
     "final_states",
+    "kill_schedule",
+    "lost_and_duplicated",
     "loop_rounds",
     "prefix_inputs",
     "prefix_states",
     "restore",
+    "run_with_kills",
     "simulate",
 ]
