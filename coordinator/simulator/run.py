@@ -64,11 +64,11 @@ class Simulation:
     the position of barrier n in every source task. ``restore_from`` starts from
     a global snapshot instead of empty state. ``snapshot_fails`` says which
     task snapshots fail (none by default). With ``channel_capacity`` a task
-    (a source: emits, any other: takes its next message) only while each of its
-    output channels holds fewer messages than that: backpressure, as bounded
-    network buffers give. Without it sources run far ahead of their readers. On a
-    cycle bounded channels can deadlock, as Flink's iterations can: the run then
-    ends with stuck channels.
+    acts (a source emits, any other task takes its next message) only while
+    each of its output channels holds fewer messages than that: backpressure,
+    as bounded network buffers give. Without it sources run far ahead of their
+    readers. On a cycle bounded channels can deadlock, as Flink's iterations
+    can: the run then ends with stuck channels.
     """
 
     def __init__(
