@@ -42,7 +42,8 @@ SNAPSHOT_MODES = ("async", "sync", "none")
 RECOVERY_MODES = ("full", "partial")
 # what the processing application's driver reads (process.py: Settings.from_env); ABS_PARALLELISM
 # is empty unless the worker sets it (then the job runs at its own parallelism)
-DRIVER_ENV = ("ABS_HOME", "ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI", "ABS_PARALLELISM", "ABS_JOBS_DIR")
+DRIVER_ENV = ("ABS_HOME", "ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI", "ABS_PARALLELISM", "ABS_JOBS_DIR",
+              "ABS_STATE_BACKEND", "ABS_STORE_DIR")
 RECOVERY_TIMEOUT_S = 6 * 3600
 
 T = TypeVar("T")

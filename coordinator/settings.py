@@ -7,6 +7,8 @@ ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
 ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
 ABS_JOBS_DIR      a folder of job files (``absreplay.job_discovery``; default: none)
+ABS_STATE_BACKEND local (keyed aggregates on local stores, ``spark_jobs.store_backend``) or spark
+ABS_STORE_DIR     where the local stores live (default: <state root>/<job>/_stores for a local root)
 """
 
 from __future__ import annotations
@@ -17,6 +19,15 @@ from pathlib import Path
 
 from coordinator.catalog.db import parse_url
 from coordinator.errors import ConfigError
+
+
+STATE_BACKENDS = ("local", "spark")
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,10 @@ class Settings:
     parallelism: int | None = None
     #: a folder of job files ("": none)
     jobs_dir: str = ""
+    #: local | spark (``spark_jobs.store_backend``)
+    state_backend: str = "local"
+    #: the local stores' folder ("": beside the state)
+    store_dir: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -45,6 +60,8 @@ class Settings:
             spark_master=env.get("ABS_SPARK_MASTER") or "local[*]",
             parallelism=_parallelism(env.get("ABS_PARALLELISM") or None),
             jobs_dir=env.get("ABS_JOBS_DIR") or "",
+            state_backend=_choice("ABS_STATE_BACKEND", env.get("ABS_STATE_BACKEND") or "local", STATE_BACKENDS),
+            store_dir=env.get("ABS_STORE_DIR") or "",
         )
 
     def as_env(self) -> dict[str, str]:
@@ -57,6 +74,8 @@ class Settings:
             # empty: unset (the driver reads it like the other settings)
             "ABS_PARALLELISM": str(self.parallelism or ""),
             "ABS_JOBS_DIR": self.jobs_dir,
+            "ABS_STATE_BACKEND": self.state_backend,
+            "ABS_STORE_DIR": self.store_dir,
         }
 
 

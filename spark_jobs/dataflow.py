@@ -32,6 +32,8 @@ from coordinator.types import ddl
 from spark_jobs import keyed_operators as ko
 from spark_jobs.record_parsing import record_schema
 from spark_jobs.spark_types import spark_schema
+from spark_jobs import store_backend
+from spark_jobs.store_backend import StoreState
 
 
 @dataclass
@@ -92,7 +94,10 @@ class Dataflow:
     # -- one epoch ----------------------------------------------------------------------------------
     def epoch(self, spark: SparkSession, states: dict[str, DataFrame | None], records: dict[str, DataFrame],
               back_edge: DataFrame | None, watermarks: dict[str, int | None], checkpoint_id: int,
-              max_rounds: int | None, dry: bool = False) -> EpochOutput:
+              max_rounds: int | None, dry: bool = False, subtasks: frozenset[int] | None = None) -> EpochOutput:
+        """``states``: DataFrames, or ``StoreState`` for keyed aggregates on local stores (a run's, never
+        verify's); ``subtasks``: a partial recovery's subtasks behind the epoch (the store operators take
+        only their records; the runner merges DataFrame states itself)."""
         streams: dict[str, DataFrame] = {}
         out = EpochOutput(states={})
         for node in self.spec.nodes:
@@ -111,8 +116,12 @@ class Dataflow:
                 state = states[node.name]
                 if state is None:  # a dry run: no state yet, only schemas
                     state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
-                new_state, emitted = self._keyed(spark, node, spec, state, ins, back_edge, watermarks, out,
-                                                 checkpoint_id, max_rounds, dry)
+                if isinstance(state, StoreState):
+                    new_state = store_backend.aggregate(spark, state, ins[0], node, checkpoint_id, subtasks)
+                    emitted = new_state.changes
+                else:
+                    new_state, emitted = self._keyed(spark, node, spec, state, ins, back_edge, watermarks, out,
+                                                     checkpoint_id, max_rounds, dry)
                 out.states[node.name] = new_state
                 streams[node.name] = emitted
                 if dry:

@@ -48,6 +48,11 @@ class Restored:
         return frozenset(i for i in range(parallelism) if self.heads.get(i, base) < checkpoint_id)
 
     @property
+    def partial(self) -> bool:
+        """Some subtasks are past ``checkpoint_id`` (a partial recovery)."""
+        return any(h != self.checkpoint_id for h in self.heads.values())
+
+    @property
     def state(self) -> DataFrame:
         """The state of a job's first stateful operator."""
         return next(iter(self.states.values()))
@@ -59,13 +64,15 @@ class StateRestorer:
         self.spark, self.store, self.job, self.flow = spark, store, job, flow
         self.max_parallelism = max_parallelism
 
-    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
+    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None,
+                skip: set[str] = frozenset()) -> Restored:
         """State at ``checkpoint_id``, checked file by file.
 
         Every subtask that acked the checkpoint is read, whatever the parallelism it was taken at:
         each operator's state is one DataFrame, and each key's subtask is computed by the run's
         key-group rule. ``heads`` (partial recovery, same parallelism, one stateful operator only):
-        subtasks whose state is at a later, pending checkpoint they acked before the failure."""
+        subtasks whose state is at a later, pending checkpoint they acked before the failure. ``skip``:
+        operators whose state is not read (None in ``states``; local stores hold it)."""
         job = self.job
         if checkpoint_id is None:
             states = {st.operator: self.flow.empty_state(self.spark, st.operator) for st in job.states}
@@ -97,6 +104,9 @@ class StateRestorer:
             all_heads = op_heads
             links[spec.operator], lengths[spec.operator] = state_chain.chain(self.store, job.name, spec.operator,
                                                                             op_heads)
+            if spec.operator in skip:
+                states[spec.operator] = None
+                continue
             schema = self.flow.state_schema(self.spark, spec.operator)
             states[spec.operator] = keyed_state.restore(self.spark, schema, spec.key, links[spec.operator],
                                                         job.parallelism, spec.identity)

@@ -34,6 +34,7 @@ from spark_jobs.progress import Steps
 from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
+from spark_jobs.store_backend import StoreBackend, StoreState
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,12 @@ class EpochRunner:
         return self.store.job(self.job.name).max_parallelism
 
     # -- restore -------------------------------------------------------------------
-    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None) -> Restored:
-        """Every operator's state at ``checkpoint_id`` (``spark_jobs.restore``)."""
+    def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None,
+                skip: set[str] = frozenset()) -> Restored:
+        """Every operator's state at ``checkpoint_id`` (``spark_jobs.restore``); ``skip``: operators whose
+        local stores hold it already (their chains are still read from the catalog, not their files)."""
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore(
-            checkpoint_id, heads)
+            checkpoint_id, heads, skip)
 
     def read_records(self, plan: EpochPlan) -> dict:
         """The epoch's records of every source, parsed (``spark_jobs.record_parsing``)."""
@@ -197,8 +200,20 @@ class EpochRunner:
             f"parallelism {p}"
         )
         t0 = time.perf_counter()
+        created = self.store.job(self.job.name).created_at
+        stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
+                                 f"{created:%Y%m%dT%H%M%S%f}")
+        ready = set()
+        if stores is not None and (restored is None or not restored.partial):
+            ready = stores.reachable(point)
         if restored is None:
-            restored = self.restore(point)
+            restored = self.restore(point, skip=ready)
+        states = dict(restored.states)
+        if stores is not None:
+            states.update(stores.open(point, ready, states))
+            if stores.operators:
+                log(f"  local stores of {', '.join(sorted(stores.operators))}: "
+                    + ", ".join(f"{op} {'kept' if op in ready else 'loaded'}" for op in sorted(stores.operators)))
         back_edge = restored.back_edge
         if back_edge is not None:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
@@ -223,7 +238,7 @@ class EpochRunner:
         )
         try:
             with Steps(len(plans), f"{self.job.name}: epochs") as steps:
-                self._run_epochs(plans, restored, dict(restored.states), back_edge, writer, report, steps)
+                self._run_epochs(plans, restored, states, back_edge, writer, report, steps)
         except Exception:
             # a segment deleted or changed while this run read it: name it rather than Spark's traceback
             self.check_segments(plans)
@@ -246,12 +261,12 @@ class EpochRunner:
             fault_point("epoch.compute", plan.checkpoint_id)
             behind = restored.behind(plan.checkpoint_id, p)
             out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
-                                  self.job.loop_rounds)
+                                  self.job.loop_rounds, subtasks=None if len(behind) == p else behind)
             back_edge = out.back_edge
             watermarks.update(out.watermarks)
             for spec in self.job.states:
                 new_state = out.states[spec.operator]  # materialized by the operator (an immutable copy)
-                if len(behind) < p:
+                if len(behind) < p and not isinstance(new_state, StoreState):
                     # partial recovery: subtasks already past this epoch keep their state and discard its records
                     mine = keyed_state.subtask_of(spec.key, p, self.max_parallelism).isin(sorted(behind))
                     new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
 
 def build_session(app_name: str, parallelism: int, master: str | None = None) -> SparkSession:
+    # Python workers (the local stores' tasks, users' pandas UDFs) run this interpreter, with its packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
     # under spark-submit the master comes from its --master (the JVM that started us)
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:

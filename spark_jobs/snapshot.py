@@ -43,6 +43,7 @@ from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.dataflow import Dataflow
+from spark_jobs.store_backend import StoreState
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,9 @@ class SnapshotWriter:
         return self.timings
 
     # -- phases --------------------------------------------------------------------
-    def _changed_since_base(self, state: DataFrame) -> DataFrame:
+    def _changed_since_base(self, state: DataFrame | StoreState) -> DataFrame:
+        if isinstance(state, StoreState):
+            return state.rows(self.spark, self.base)
         return state if self.base is None else state.where(F.col("updated") > F.lit(self.base))
 
     def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
@@ -285,12 +288,15 @@ class SnapshotWriter:
     def _op_uri(self, checkpoint_id: int, operator: str) -> str:
         return state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, operator)
 
-    def _write_state(self, checkpoint_id: int, spec: StateSpec, state: DataFrame, epoch: Epoch,
+    def _write_state(self, checkpoint_id: int, spec: StateSpec, state: DataFrame | StoreState, epoch: Epoch,
                      timing: SnapshotTiming) -> tuple[list[StateHandle], bool, int]:
         """One operator's snapshot: its files, sealed, and its subtasks' handles."""
         p, op = self.job.parallelism, spec.operator
         full = self._next_is_full(spec)
-        rows = state if full else self._changed_since_base(state)
+        if full:
+            rows = state.rows(self.spark) if isinstance(state, StoreState) else state
+        else:
+            rows = self._changed_since_base(state)
         snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
         if epoch.subtasks is not None:
             snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))

@@ -3,6 +3,7 @@ checkpoint the sink equals an independent recount of exactly the records before 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from coordinator.errors import StateIntegrityError
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.lifecycle import CheckpointStatus, FailureReason
 from coordinator.checkpoints.policy import CheckpointPolicy
+from spark_jobs.store_backend import store_root
 from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.spark
@@ -114,6 +116,9 @@ def test_incremental_chain_restores_and_detects_corruption(tmp_path, pg_url, spa
     pq.write_table(table.set_column(table.schema.get_field_index("count"), "count", pa.array(counts)), part)
     ws.land(9, lines=5, vocab=3000)
     ws.coordinator.inject()
+    # the local stores hold checkpoint `latest` and a run would start from them without reading a file:
+    # without them (a new machine, a lost disk) the restore reads the files, and
+    shutil.rmtree(store_root(ws.settings.state_uri, ws.job.name))
     # Hadoop's .crc side file notices first ...
     with pytest.raises(StateIntegrityError, match=rf"cannot read state files .*{link.state_uri} \(checkpoint {latest}\)"):
         ws.run_epochs(spark)

@@ -1,0 +1,195 @@
+"""State-scale benchmark: does an epoch cost follow the epoch, or the state?
+
+    python bench/state_scale_bench.py [--keys 100000,1000000,10000000] [--epochs 5]
+                                      [--records 100000] [--touched 10000] [--compare 100000,1000000]
+
+The synthetic job (three keyed aggregates, ``absreplay_examples.synthetic``) at parallelism 2 on
+local[2]. For each state size K:
+
+1. load: one epoch of K records with K distinct keys (its snapshot is full);
+2. one warm-up epoch (its snapshot is full too: the load changed every key);
+3. ``--epochs`` measured epochs of ``--records`` records whose keys are drawn from ``--touched`` keys
+   (a fresh random set each epoch), caught up in one run: seconds per epoch (the epoch's compute,
+   and the whole run divided by the epochs), and the bytes of each incremental snapshot against the
+   full one of step 2;
+4. restore: one more epoch in a new run, with the local stores kept (they hold the checkpoint) and,
+   once more, with them deleted (loaded from the snapshot files, checked as they are read).
+
+Peak memory (``bench.memory.PeakMemory``) is sampled over each size's scenario. ``--compare`` runs the
+same scenario with the DataFrame state (``ABS_STATE_BACKEND=spark``, what every epoch did before the
+local stores) for the sizes given. Prints a table and writes bench/results/state_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from absreplay_examples.definitions import synthetic  # noqa: E402
+from bench.memory import PeakMemory  # noqa: E402
+from bench.synthetic_bench import du, machine  # noqa: E402
+from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
+from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
+from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
+from coordinator.settings import Settings  # noqa: E402
+from coordinator.sources import source  # noqa: E402
+from spark_jobs.store_backend import BACKEND_ENV, store_root  # noqa: E402
+
+console = Console(width=150)
+PARTITIONS = 2
+
+
+class Scenario:
+    def __init__(self, root: Path, seed: int) -> None:
+        self.settings = Settings.from_env({"ABS_HOME": str(root)})
+        upgrade(self.settings.database_url)
+        self.store = CheckpointStore(make_engine(self.settings.database_url))
+        self.job = synthetic(parallelism=2)
+        self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
+        self.input = source.input_dir(self.settings.data_dir, self.job.name)
+        self.rng = np.random.default_rng(seed)
+        self.batch = 0
+
+    def land(self, keys: np.ndarray) -> None:
+        """One batch: ``key,1`` lines, split over the partitions, then a barrier."""
+        for p, part in enumerate(np.array_split(keys, PARTITIONS)):
+            d = self.input / f"p{p}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"seg-{self.batch:06d}.csv").write_text("".join(f"{k},1\n" for k in part.tolist()))
+        self.batch += 1
+        self.coordinator.inject()
+
+    def epoch_keys(self, keys: int, records: int, touched: int) -> np.ndarray:
+        chosen = self.rng.choice(keys, size=min(touched, keys), replace=False)
+        return chosen[self.rng.integers(0, len(chosen), size=records)]
+
+    def run(self, spark, max_epochs: int | None = None):
+        from spark_jobs.runner import EpochRunner
+        from spark_jobs.snapshot import SnapshotMode
+
+        t0 = time.perf_counter()
+        report = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
+                             mode=SnapshotMode.ASYNC, max_epochs=max_epochs).run()
+        self.coordinator.finalize()
+        failed = [t.checkpoint_id for t in report.snapshots if t.error]
+        assert not failed, f"snapshots failed: {failed}"
+        return report, time.perf_counter() - t0
+
+
+def scenario(spark, base: Path, keys: int, args: argparse.Namespace, backend: str) -> dict:
+    os.environ[BACKEND_ENV] = backend
+    root = base / f"{backend}-{keys}"
+    sc = Scenario(root, seed=keys)
+    out: dict = {"keys": keys, "backend": backend}
+    with PeakMemory() as mem:
+        console.print(f"[{backend}, {keys:,} keys] load")
+        sc.land(np.arange(keys))
+        report, out["load_s"] = sc.run(spark)
+        out["load_snapshot_bytes"] = report.snapshots[0].state_bytes
+        sc.land(sc.epoch_keys(keys, args.records, args.touched))
+        report, out["warmup_s"] = sc.run(spark)
+        full = report.snapshots[0]
+        out["full_snapshot_bytes"], out["full_snapshot_rows"] = full.state_bytes, full.state_rows
+        console.print(f"[{backend}, {keys:,} keys] {args.epochs} epochs of {args.records:,} records, "
+                      f"{args.touched:,} keys each")
+        for _ in range(args.epochs):
+            sc.land(sc.epoch_keys(keys, args.records, args.touched))
+        report, run_s = sc.run(spark)
+        out["epoch_s"] = [e.process_s for e in report.epochs]
+        out["median_epoch_s"] = statistics.median(out["epoch_s"])
+        out["run_s"], out["run_restore_s"] = run_s, report.restore_s
+        out["catch_up_per_epoch_s"] = (run_s - report.restore_s) / args.epochs
+        out["snapshots"] = [{"checkpoint": t.checkpoint_id, "full": t.full, "bytes": t.state_bytes,
+                             "rows": t.state_rows, "async_ms": t.async_ms} for t in report.snapshots]
+        incremental = [t.state_bytes for t in report.snapshots if not t.full]
+        out["incremental_bytes_median"] = statistics.median(incremental) if incremental else None
+        out["incremental_over_full"] = (out["incremental_bytes_median"] / out["full_snapshot_bytes"]
+                                        if incremental else None)
+        console.print(f"[{backend}, {keys:,} keys] restore")
+        sc.land(sc.epoch_keys(keys, args.records, args.touched))
+        report, _ = sc.run(spark, max_epochs=1)
+        out["restore_kept_s"], out["restore_kept_epoch_s"] = report.restore_s, report.epochs[0].process_s
+        if backend == "local":
+            shutil.rmtree(store_root(sc.settings.state_uri, sc.job.name))
+            sc.land(sc.epoch_keys(keys, args.records, args.touched))
+            report, _ = sc.run(spark, max_epochs=1)
+            out["restore_reload_s"] = report.restore_s
+        out["state_root_bytes"] = du(Path(sc.settings.state_uri))
+    out["peak_memory_mb"] = mem.peaks
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", default="100000,1000000,10000000")
+    ap.add_argument("--compare", default="100000,1000000", help="sizes also run with the DataFrame state")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--touched", type=int, default=10_000)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "state_scale.json"))
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.keys.split(",") if x]
+    compare = [int(x) for x in args.compare.split(",") if x]
+
+    from spark_jobs.session import build_session
+
+    base = Path(tempfile.mkdtemp(prefix="abs-scale-"))
+    spark = build_session("abs-state-scale", 2, "local[2]")
+    results: dict = {"machine": machine(spark), "epochs": args.epochs, "records_per_epoch": args.records,
+                     "touched_keys": args.touched, "runs": []}
+    try:
+        console.print("warming up the JVM (not measured)")
+        scenario(spark, base, 10_000, argparse.Namespace(**{**vars(args), "epochs": 2}), "local")
+        for keys in sizes:
+            results["runs"].append(scenario(spark, base, keys, args, "local"))
+        for keys in compare:
+            results["runs"].append(scenario(spark, base, keys, args, "spark"))
+    finally:
+        spark.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        os.environ.pop(BACKEND_ENV, None)
+
+    local = {r["keys"]: r for r in results["runs"] if r["backend"] == "local"}
+    if local:
+        smallest, largest = local[min(local)], local[max(local)]
+        results["ratios"] = {
+            "catch_up_per_epoch_largest_over_smallest":
+                largest["catch_up_per_epoch_s"] / smallest["catch_up_per_epoch_s"],
+            "median_epoch_largest_over_smallest": largest["median_epoch_s"] / smallest["median_epoch_s"],
+        }
+    table = Table(title=f"synthetic job, epochs of {args.records:,} records over {args.touched:,} keys, local[2]")
+    for col in ("state", "keys", "epoch (median s)", "catch-up s/epoch", "incremental/full bytes",
+                "restore kept s", "restore reload s", "load s", "peak MB (driver JVM / workers)"):
+        table.add_column(col)
+    for r in results["runs"]:
+        ratio = r["incremental_over_full"]
+        peaks = r["peak_memory_mb"]
+        table.add_row(r["backend"], f"{r['keys']:,}", f"{r['median_epoch_s']:.2f}", f"{r['catch_up_per_epoch_s']:.2f}",
+                      "" if ratio is None else f"{ratio:.3%}", f"{r['restore_kept_s']:.2f}",
+                      f"{r.get('restore_reload_s', float('nan')):.2f}", f"{r['load_s']:.1f}",
+                      " / ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
+    console.print(table)
+    for k, v in results.get("ratios", {}).items():
+        console.print(f"{k}: {v:.3f}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    console.print(f"written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""Keyed aggregates on local stores: an epoch reads and writes the keys it touches, not the state.
+
+With the ``spark`` backend (``spark_jobs.keyed_operators.aggregate``) a keyed
+aggregate's state is one DataFrame that every epoch unions with its records and
+aggregates again: the cost of an epoch grows with the state. With the ``local``
+backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
+SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
+
+1. the records' contributions, aggregated per (subtask, key) in Spark (partial
+   aggregation, one shuffle of the epoch's records);
+2. one task per store that folds them into the touched keys' rows in SQLite
+   and returns those rows: the epoch's changelog, which is what the operator
+   emits, what an incremental snapshot writes and what an upsert sink commits.
+
+A full snapshot reads the stores as of the checkpoint (multi-version, so the
+next epoch may already be applied), in Spark tasks: nothing is collected to the
+driver. A run starts from the stores as they are when they hold the checkpoint
+it restores (or can roll back to it); otherwise it loads them from the
+checkpoint's snapshot files, read and checked as before. The snapshots stay the
+durable truth: a lost store directory costs a reload, never data.
+
+Which aggregates: count, sum, min, max and mean over integer, floating, string and
+boolean columns. A ``combine`` aggregate, a process function, a window, a join
+and a loop keep the DataFrame state. ``verify`` always recomputes with the
+DataFrame operators, so it checks the stores against an independent path.
+
+Stores live under ``ABS_STORE_DIR`` or, for a local state root, under
+``<state root>/<job>/_stores``: every executor must see that directory (one
+host, or a shared mount).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from coordinator.checkpoints import state_files
+from coordinator.dataflow.jobs import JobDefinition, StateSpec
+from coordinator.settings import Settings
+from spark_jobs import keyed_operators as ko
+from spark_jobs.keyed_state import SUBTASK, with_subtask
+from spark_jobs.local_store import SUPPORTED, Layout, StoreVersionError, SubtaskStore
+from spark_jobs.spark_types import spark_schema, spark_type
+
+BACKEND_ENV = "ABS_STATE_BACKEND"
+MARKER = "_marker"
+#: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
+MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def store_root(state_uri: str, job: str) -> Path:
+    configured = Settings.from_env().store_dir
+    if configured:
+        return Path(configured).expanduser().resolve() / job
+    root = state_files.normalize_root(state_uri)
+    if "://" in root:
+        return Path(tempfile.gettempdir()) / "absreplay-stores" / job
+    return Path(root) / job / "_stores"
+
+
+def layout_of(node: object, spec: StateSpec) -> Layout | None:
+    """The store layout of a keyed aggregate, or None when it keeps the DataFrame state."""
+    if getattr(node, "kind", None) != "aggregate" or spec.columns is None:
+        return None
+    merges, means = [], []
+    for name, agg in node.aggregates.items():
+        if agg.kind == "mean":
+            s, n = ko.hidden(name, "sum"), ko.hidden(name, "count")
+            merges += [(s, "sum"), (n, "sum"), (name, "first")]
+            means.append((name, s, n))
+        elif agg.kind in MERGES:
+            merges.append((name, MERGES[agg.kind]))
+        else:
+            return None
+    schema = to_arrow_schema(spark_schema(spec.columns))
+    if any(field.type not in SUPPORTED for field in schema):
+        return None
+    return Layout(schema, tuple(node.key_names), tuple(merges), tuple(means))
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows."""
+
+    operator: str
+    directory: str
+    layout: Layout
+    schema: StructType
+    parallelism: int
+    max_parallelism: int
+    version: int
+    #: the version the epoch started from, and the rows it changed (None: restored, no epoch yet)
+    prev: int | None = None
+    changes: DataFrame | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        return self.schema.fieldNames()
+
+    def subtask_dir(self, i: int) -> str:
+        return f"{self.directory}/subtask-{i}"
+
+    def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
+        """The state as of ``version`` (``since``: the rows changed after that version), read by one
+        Spark task per store."""
+        if since is not None and since == self.prev and self.changes is not None:
+            return self.changes
+        directory, layout, version = self.directory, self.layout, self.version
+
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                for i in batch.column(0).to_pylist():
+                    store = SubtaskStore(f"{directory}/subtask-{i}", layout).open()
+                    try:
+                        yield from store.rows_as_of(version, since)
+                    finally:
+                        store.close()
+
+        ids = spark.range(0, self.parallelism, 1, self.parallelism).select(F.col("id").cast("int").alias(SUBTASK))
+        return ids.mapInArrow(read, self.schema)
+
+
+def _with_markers(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame:
+    """``rows`` (with a subtask column) and one marker row per subtask: every store's task runs, rows or not."""
+    markers = spark.range(parallelism).select(F.col("id").cast("int").alias(SUBTASK), F.lit(True).alias(MARKER))
+    return rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
+
+
+def _by_subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(subtask, its rows without markers) of batches sorted by subtask, in order, one piece per run."""
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        subtasks = batch.column(SUBTASK).to_numpy(zero_copy_only=False)
+        start = 0
+        for i in range(1, len(subtasks) + 1):
+            if i == len(subtasks) or subtasks[i] != subtasks[start]:
+                piece = batch.slice(start, i - start)
+                yield int(subtasks[start]), piece.filter(pc.invert(piece.column(MARKER)))
+                start = i
+
+
+def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: object, checkpoint_id: int,
+              subtasks: frozenset[int] | None = None) -> StoreState:
+    """Epoch ``checkpoint_id`` of a keyed aggregate on its stores; ``subtasks``: only these take records (a
+    partial recovery: the others are past the epoch already)."""
+    keys = list(node.key_names)
+    contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
+    merges = []
+    for name, agg in node.aggregates.items():
+        for column, value, merge in ko._parts(name, agg):
+            contributions.append(value.alias(column))
+            merges.append(merge(F.col(column)).alias(column))
+    pre = with_subtask(rows.select(*contributions), keys, state.parallelism, state.max_parallelism)
+    if subtasks is not None:
+        pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
+    pre = pre.groupBy(SUBTASK, *keys).agg(*merges).withColumn("updated", F.lit(checkpoint_id).cast("long"))
+    batch = _with_markers(spark, pre.select(SUBTASK, *state.columns), state.parallelism)
+    directory, layout, columns = state.directory, state.layout, state.columns
+    prev = state.version
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pieces = sorted(_by_subtask(batches), key=lambda x: x[0])
+        for i, group in itertools.groupby(pieces, key=lambda x: x[0]):
+            table = pa.Table.from_batches([b for _, b in group]).select(columns)
+            store = SubtaskStore(f"{directory}/subtask-{i}", layout).open()
+            try:
+                yield from store.apply(table, checkpoint_id, prev).to_batches()
+            finally:
+                store.close()
+
+    changes = batch.repartition(state.parallelism, SUBTASK).mapInArrow(apply, state.schema).localCheckpoint(eager=True)
+    return replace(state, version=checkpoint_id, prev=prev, changes=changes)
+
+
+class StoreBackend:
+    """The stores of a run's keyed aggregates: reuse or load them at the restore point."""
+
+    def __init__(self, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str,
+                 max_parallelism: int, incarnation: str) -> None:
+        self.spark, self.job = spark, job
+        p = job.parallelism
+        self.states: dict[str, StoreState] = {}
+        # checkpoint ids are a job's (never reused), so a version names one state of one incarnation of
+        # the job (its catalog row), one layout and one parallelism
+        root = store_root(state_uri, job.name) / incarnation
+        for spec in job.states:
+            layout = layout_of(nodes[spec.operator], spec)
+            if layout is not None:
+                shape = hashlib.sha256(repr((layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
+                directory = root / spec.operator / f"p{p}-g{max_parallelism}-{shape}"
+                self.states[spec.operator] = StoreState(spec.operator, str(directory), layout,
+                                                        spark_schema(spec.columns), p, max_parallelism, 0)
+
+    @classmethod
+    def of(cls, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str, max_parallelism: int,
+           incarnation: str) -> StoreBackend | None:
+        if Settings.from_env().state_backend != "local":
+            return None
+        return cls(spark, job, nodes, state_uri, max_parallelism, incarnation)
+
+    @property
+    def operators(self) -> set[str]:
+        return set(self.states)
+
+    def reachable(self, point: int | None) -> set[str]:
+        """The operators whose every store holds checkpoint ``point`` or can roll back to it."""
+        return {op for op, st in self.states.items() if all(
+            self._reach(st, i, point or 0) for i in range(st.parallelism))}
+
+    def _reach(self, state: StoreState, i: int, point: int) -> bool:
+        store = SubtaskStore(state.subtask_dir(i), state.layout)
+        try:
+            with store:
+                info = store.info()
+                return info.floor <= point <= info.version
+        except (StoreVersionError, sqlite3.Error):
+            return False
+
+    def open(self, point: int | None, ready: set[str], restored: dict[str, DataFrame | None]) -> dict[str, StoreState]:
+        """Every store at ``point``: rolled back when in ``ready``, else loaded from ``restored``."""
+        out = {}
+        for op, st in self.states.items():
+            if op in ready:
+                for i in range(st.parallelism):
+                    with SubtaskStore(st.subtask_dir(i), st.layout) as store:
+                        if store.info().version != (point or 0):
+                            store.rollback(point or 0)
+            else:
+                self._load(st, restored[op], point or 0)
+            out[op] = replace(st, version=point or 0)
+        return out
+
+    def _load(self, state: StoreState, rows: DataFrame, version: int) -> None:
+        keys, directory, layout = list(state.layout.keys), state.directory, state.layout
+        data = with_subtask(rows.select(*state.columns), keys, state.parallelism, state.max_parallelism)
+        data = _with_markers(self.spark, data, state.parallelism)
+
+        def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for i, group in itertools.groupby(_by_subtask(batches), key=lambda x: x[0]):
+                n = SubtaskStore(f"{directory}/subtask-{i}", layout).load(
+                    (b.select(layout.columns) for _, b in group), version)
+                yield pa.record_batch([pa.array([i], pa.int32()), pa.array([n], pa.int64())],
+                                      names=[SUBTASK, "rows"])
+
+        loaded = (data.repartition(state.parallelism, SUBTASK).sortWithinPartitions(SUBTASK, *keys)
+                  .mapInArrow(load, f"{SUBTASK} int, rows long").collect())
+        if sorted(r[SUBTASK] for r in loaded) != list(range(state.parallelism)):
+            raise StoreVersionError(f"loading the stores of {state.operator} in {directory}: subtasks "
+                                    f"{sorted(r[SUBTASK] for r in loaded)} loaded, expected 0..{state.parallelism - 1}")

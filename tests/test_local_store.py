@@ -1,0 +1,120 @@
+"""The local SQLite store of a keyed aggregate's subtask, against a plain-Python model.
+
+Sequences of epochs (hypothesis) are applied; after each, the store read as of every version it
+keeps, the rows changed since any of them, and a rollback must equal the model's state then.
+A retried epoch changes nothing; a store cannot skip or repeat a version; a bulk load is atomic.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_jobs.local_store import KEEP, Layout, StoreVersionError, SubtaskStore
+
+SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("hi", pa.int64()), ("s", pa.float64()),
+                    ("c", pa.int64()), ("avg", pa.float64()), ("updated", pa.int64())])
+LAYOUT = Layout(SCHEMA, ("k",), (("n", "sum"), ("hi", "max"), ("s", "sum"), ("c", "sum"), ("avg", "first")),
+                (("avg", "s", "c"),))
+
+epochs = st.lists(st.dictionaries(st.sampled_from("abcdefgh"), st.tuples(st.integers(-5, 5), st.integers(-50, 50)),
+                                  max_size=5), min_size=1, max_size=9)
+
+
+def contributions(epoch: dict, version: int) -> pa.Table:
+    return pa.Table.from_pylist([{"k": k, "n": 1, "hi": v, "s": float(v), "c": 1, "avg": None, "updated": version}
+                                 for k, (_, v) in epoch.items()], SCHEMA)
+
+
+def model_step(state: dict, epoch: dict, version: int) -> dict:
+    new = dict(state)
+    for k, (_, v) in epoch.items():
+        n, hi, s, c, _, _ = state.get(k, (0, None, 0.0, 0, None, None))
+        hi = v if hi is None else max(hi, v)
+        new[k] = (n + 1, hi, s + v, c + 1, (s + v) / (c + 1), version)
+    return new
+
+
+def as_dict(batches) -> dict:
+    rows = [r for b in batches for r in b.to_pylist()]
+    return {r["k"]: (r["n"], r["hi"], r["s"], r["c"], r["avg"], r["updated"]) for r in rows}
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SubtaskStore(tmp_path / "subtask-0", LAYOUT)
+    s.load([], 0)
+    with s:
+        yield s
+
+
+@settings(max_examples=40, deadline=None)
+@given(epochs)
+def test_reads_as_of_every_kept_version_and_rollback_equal_the_model(tmp_path_factory, sequence):
+    s = SubtaskStore(tmp_path_factory.mktemp("store") / "subtask-0", LAYOUT)
+    s.load([], 0)
+    with s:
+        history = {0: {}}
+        for version, epoch in enumerate(sequence, 1):
+            out = s.apply(contributions(epoch, version), version, version - 1)
+            history[version] = model_step(history[version - 1], epoch, version)
+            assert as_dict([out]) == {k: history[version][k] for k in epoch}
+            info = s.info()
+            assert info.version == version and info.rows == len(history[version])
+            for v in range(info.floor, version + 1):
+                assert as_dict(s.rows_as_of(v)) == history[v]
+                for since in range(0, v + 1):
+                    assert as_dict(s.rows_as_of(v, since)) == {k: r for k, r in history[v].items() if r[5] > since}
+            assert info.floor == max(0, version - KEEP + 1)
+        back = max(s.info().floor, len(sequence) - 2)
+        s.rollback(back)
+        assert as_dict(s.rows_as_of(back)) == history[back] and s.info().version == back
+        if back < len(sequence):  # and the epoch after it applies again on top
+            s.apply(contributions(sequence[back], back + 1), back + 1, back)
+            assert as_dict(s.rows_as_of(back + 1)) == history[back + 1]
+
+
+def test_a_retried_epoch_returns_its_rows_and_changes_nothing(store):
+    first = store.apply(contributions({"a": (0, 3)}, 1), 1, 0)
+    again = store.apply(contributions({"a": (0, 3)}, 1), 1, 0)
+    assert again.to_pylist() == first.to_pylist()
+    assert as_dict(store.rows_as_of(1)) == {"a": (1, 3, 3.0, 1, 3.0, 1)}
+
+
+def test_a_store_refuses_to_skip_or_go_back_a_version(store):
+    with pytest.raises(StoreVersionError, match="at version 0, epoch 5 starts from 4"):
+        store.apply(contributions({"a": (0, 1)}, 5), 5, 4)
+    for v in range(1, KEEP + 3):
+        store.apply(contributions({"a": (0, v)}, v), v, v - 1)
+    with pytest.raises(StoreVersionError, match="not 1"):
+        store.rollback(1)
+    with pytest.raises(StoreVersionError, match="not 2"):
+        list(store.rows_as_of(2))
+
+
+def test_a_load_replaces_the_store_whole(tmp_path):
+    s = SubtaskStore(tmp_path / "subtask-0", LAYOUT)
+    s.load([contributions({"a": (0, 1), "b": (0, 2)}, 3).to_batches()[0]], 3)
+    old = s.current_file
+    with s:
+        assert s.info().version == 3 and as_dict(s.rows_as_of(3)).keys() == {"a", "b"}
+
+    def failing():
+        yield contributions({"c": (0, 1)}, 4).to_batches()[0]
+        raise RuntimeError("the loading task died")
+
+    with pytest.raises(RuntimeError):
+        s.load(failing(), 4)
+    assert s.current_file == old  # the half-written generation never became current, and is gone
+    assert sorted(p.name for p in s.dir.glob("gen-*")) == [old.name]
+    s.load([], 9)
+    with s:
+        assert s.info().version == 9 and as_dict(s.rows_as_of(9)) == {}
+    assert not old.exists()
+
+
+def test_no_store_yet_is_an_error_naming_its_directory(tmp_path):
+    with pytest.raises(StoreVersionError, match="no store in"):
+        SubtaskStore(tmp_path / "nowhere", LAYOUT).open()
