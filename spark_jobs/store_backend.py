@@ -56,6 +56,7 @@ from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 MARKER = "_marker"
+ROUTE = "_route"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -132,24 +133,40 @@ class StoreState:
         return ids.mapInArrow(read, self.schema)
 
 
-def _with_markers(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame:
-    """``rows`` (with a subtask column) and one marker row per subtask: every store's task runs, rows or not."""
+def _routed(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame:
+    """``rows`` (with a subtask column) and one marker row per subtask (every store's task runs, rows or
+    not), partitioned so that Spark partition i holds subtask i's rows alone: by a ``_route`` column that
+    an aggregation may group by without another shuffle."""
     markers = spark.range(parallelism).select(F.col("id").cast("int").alias(SUBTASK), F.lit(True).alias(MARKER))
-    return rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
+    rows = rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
+    route = F.element_at(F.array(*[F.lit(r) for r in _routes(spark, parallelism)]), F.col(SUBTASK) + 1)
+    return rows.withColumn(ROUTE, route).repartition(parallelism, ROUTE)
+
+
+_ROUTES: dict[int, list[int]] = {}
+
+
+def _routes(spark: SparkSession, parallelism: int) -> list[int]:
+    """For each subtask i, a value that Spark's hash partitioning sends to partition i (its Murmur3 hash mod
+    the partitions), so that no task holds two stores and every task one: found once per parallelism."""
+    if parallelism not in _ROUTES:
+        found = (spark.range(0, 64 * parallelism, 1, 1).select("id", F.pmod(F.hash("id"), F.lit(parallelism)).alias("p"))
+                 .groupBy("p").agg(F.min("id").alias("id")).collect())
+        routes = {r["p"]: r["id"] for r in found}
+        if sorted(routes) != list(range(parallelism)):
+            raise RuntimeError(f"no routing value found for every one of {parallelism} partitions")
+        _ROUTES[parallelism] = [routes[i] for i in range(parallelism)]
+    return _ROUTES[parallelism]
 
 
 def _by_subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(subtask, its rows without markers) of batches sorted by subtask, in order, one piece per run."""
+    """(subtask, its rows without the markers) of each batch."""
     for batch in batches:
         if not batch.num_rows:
             continue
-        subtasks = batch.column(SUBTASK).to_numpy(zero_copy_only=False)
-        start = 0
-        for i in range(1, len(subtasks) + 1):
-            if i == len(subtasks) or subtasks[i] != subtasks[start]:
-                piece = batch.slice(start, i - start)
-                yield int(subtasks[start]), piece.filter(pc.invert(piece.column(MARKER)))
-                start = i
+        subtask, data = batch.column(SUBTASK), pc.invert(batch.column(MARKER))
+        for i in pc.unique(subtask).to_pylist():
+            yield i, batch.filter(pc.and_(pc.equal(subtask, i), data))
 
 
 def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: object, checkpoint_id: int,
@@ -166,8 +183,10 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
     pre = with_subtask(rows.select(*contributions), keys, state.parallelism, state.max_parallelism)
     if subtasks is not None:
         pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    pre = pre.groupBy(SUBTASK, *keys).agg(*merges).withColumn("updated", F.lit(checkpoint_id).cast("long"))
-    batch = _with_markers(spark, pre.select(SUBTASK, *state.columns), state.parallelism)
+    # one shuffle: routed to their store's partition, then aggregated per key there (the grouping
+    # includes the partitioning column, so Spark adds no exchange)
+    batch = (_routed(spark, pre, state.parallelism).groupBy(ROUTE, SUBTASK, MARKER, *keys).agg(*merges)
+             .select(SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
     directory, layout, columns = state.directory, state.layout, state.columns
     prev = state.version
 
@@ -181,7 +200,7 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
             finally:
                 store.close()
 
-    changes = batch.repartition(state.parallelism, SUBTASK).mapInArrow(apply, state.schema).localCheckpoint(eager=True)
+    changes = batch.mapInArrow(apply, state.schema).localCheckpoint(eager=True)
     return replace(state, version=checkpoint_id, prev=prev, changes=changes)
 
 
@@ -246,7 +265,7 @@ class StoreBackend:
     def _load(self, state: StoreState, rows: DataFrame, version: int) -> None:
         keys, directory, layout = list(state.layout.keys), state.directory, state.layout
         data = with_subtask(rows.select(*state.columns), keys, state.parallelism, state.max_parallelism)
-        data = _with_markers(self.spark, data, state.parallelism)
+        data = _routed(self.spark, data, state.parallelism)
 
         def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for i, group in itertools.groupby(_by_subtask(batches), key=lambda x: x[0]):
@@ -255,7 +274,8 @@ class StoreBackend:
                 yield pa.record_batch([pa.array([i], pa.int32()), pa.array([n], pa.int64())],
                                       names=[SUBTASK, "rows"])
 
-        loaded = (data.repartition(state.parallelism, SUBTASK).sortWithinPartitions(SUBTASK, *keys)
+        # sorted: a subtask's rows come in one run (and SQLite's B-tree fills in key order)
+        loaded = (data.sortWithinPartitions(SUBTASK, *keys)
                   .mapInArrow(load, f"{SUBTASK} int, rows long").collect())
         if sorted(r[SUBTASK] for r in loaded) != list(range(state.parallelism)):
             raise StoreVersionError(f"loading the stores of {state.operator} in {directory}: subtasks "
