@@ -21,7 +21,9 @@ A kind's value in one sample is the sum over its processes; ``peaks`` holds each
 kind's largest value over the samples, and ``total``, the largest sum of all kinds in
 one sample. ``processes`` holds, per kind, the most processes seen in one sample (0
 executors in local mode). A peak is what polling saw: a spike shorter than the
-interval may be missed.
+interval may be missed. RSS counts pages shared with a forked child in both: the
+Python workers forked by one ``pyspark.daemon`` are summed as they are (an upper
+bound), while a JVM's child that has not yet exec'd (same command line) is skipped.
 
 Where the active SparkContext's UI is on (``spark.ui.enabled``, ``ABS_SPARK_UI=true``),
 ``peaks`` also holds ``driver_jvm_heap`` and ``executor_jvm_heap`` (summed over executors):
@@ -166,8 +168,10 @@ class PeakMemory:
         alive = set(pids())
         for pid in self._seen.keys() - alive:
             del self._seen[pid]
-        # a shell's command line is read again each time: Spark's scripts exec the JVM
-        for pid in alive - self._seen.keys() | {p for p, (_, cmd) in self._seen.items() if program(cmd) in SHELLS}:
+        # read again each time: a shell's command line (Spark's scripts exec the JVM) and a fork's
+        # (it shows its parent's until it execs: a JVM starting Python or a shell command)
+        again = {p for p, (_, cmd) in self._seen.items() if program(cmd) in SHELLS or self.forked_copy(p)}
+        for pid in alive - self._seen.keys() | again:
             try:
                 self._seen[pid] = describe(pid)
             except GONE:
@@ -179,16 +183,24 @@ class PeakMemory:
         me = os.getpid()
         # pyspark's gateway runs spark-submit; other JVMs this process started (a standalone
         # cluster's master and workers) are not the driver
-        drivers = [p for p in self.descendants(me, children) if runs(self._seen[p][1], DRIVER_MAIN)]
+        drivers = [p for p in self.descendants(me, children)
+                   if runs(self._seen[p][1], DRIVER_MAIN) and not self.forked_copy(p)]
         if not drivers and os.getppid() in self._seen and runs(self._seen[os.getppid()][1], DRIVER_MAIN):
             drivers = [os.getppid()]  # spark-submit's JVM started this Python
         port = self.driver_port()
         executors = [p for p, (_, cmd) in self._seen.items()
-                     if port is not None and runs(cmd, EXECUTOR_MAIN) and driver_url_port(cmd) == port]
+                     if port is not None and runs(cmd, EXECUTOR_MAIN) and driver_url_port(cmd) == port
+                     and not self.forked_copy(p)]
         workers = {p for jvm in drivers + executors for p in self.descendants(jvm, children)
                    if p != me and program(self._seen[p][1]).startswith("python")}
         return {"driver_jvm": drivers, "executor_jvms": executors, "python_workers": sorted(workers),
                 "python_driver": [me]}
+
+    def forked_copy(self, pid: int) -> bool:
+        """A process showing its parent's command line: forked, not (yet) exec'd. A JVM's such child
+        is about to run another program and shares the JVM's pages: it is not a second JVM."""
+        ppid, cmd = self._seen[pid]
+        return ppid in self._seen and self._seen[ppid][1] == cmd
 
     @staticmethod
     def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
