@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples import synthetic_data  # noqa: E402
 from absreplay_examples.definitions import synthetic  # noqa: E402
+from bench.repetitions import summarize, turns  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
@@ -65,14 +66,14 @@ def machine(spark) -> dict:
 
 class Run:
     """One catch-up: a fresh catalog and state root, the pool's first ``epochs`` batches landed, one
-    barrier injected after each."""
+    barrier injected after each; the job runs at ``parallelism`` subtasks."""
 
-    def __init__(self, root: Path, pool: Path, epochs: int) -> None:
+    def __init__(self, root: Path, pool: Path, epochs: int, parallelism: int = 2) -> None:
         self.settings = Settings.from_env({"ABS_HOME": str(root)})
         upgrade(self.settings.database_url)
         self.engine = make_engine(self.settings.database_url)
         self.store = CheckpointStore(self.engine)
-        self.job = synthetic(parallelism=2)
+        self.job = synthetic(parallelism=parallelism)
         self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
         self.input = source.input_dir(self.settings.data_dir, self.job.name)
         for batch in range(epochs):
@@ -99,7 +100,7 @@ class Run:
         self.engine.dispose()
         return {
             "process_s": t1 - t0, "finalize_s": t2 - t1, "total_s": t2 - t0,
-            "epoch_s": [e.process_s for e in report.epochs],
+            "restore_s": report.restore_s, "epoch_s": [e.process_s for e in report.epochs],
             "snapshot_sync_ms": [t.sync_ms for t in report.snapshots],
             "snapshot_async_ms": [t.async_ms for t in report.snapshots],
             "state_bytes": du(Path(self.settings.state_uri.removeprefix("file://"))),
@@ -120,26 +121,19 @@ def measure_size(spark, base: Path, size: int, epochs: int, keys: int, repeat: i
     console.print(f"{size:,} records per epoch x {epochs} epochs ({keys:,} keys): generated in "
                   f"{time.perf_counter() - t0:.1f}s")
     samples: dict[str, list[dict]] = {m: [] for m in MODES}
-    for rep in range(repeat):
-        for mode in (MODES if rep % 2 == 0 else MODES[::-1]):
-            root = base / f"run-{size}-{mode}-{rep}"
-            run = Run(root, pool, epochs)
-            r = run.catch_up(spark, mode)
-            shutil.rmtree(root, ignore_errors=True)
-            console.print(f"  {mode:>5} (repetition {rep + 1}): {r['total_s']:.2f}s "
-                          f"(process {r['process_s']:.2f} + finalize {r['finalize_s']:.2f})")
-            samples[mode].append(r)
+    for rep, mode in turns(MODES, repeat):
+        root = base / f"run-{size}-{mode}-{rep}"
+        run = Run(root, pool, epochs)
+        r = run.catch_up(spark, mode)
+        shutil.rmtree(root, ignore_errors=True)
+        console.print(f"  {mode:>5} (repetition {rep + 1}): {r['total_s']:.2f}s "
+                      f"(process {r['process_s']:.2f} + finalize {r['finalize_s']:.2f})")
+        samples[mode].append(r)
     shutil.rmtree(pool, ignore_errors=True)
     sinks = {r["sink_sha256"] for runs in samples.values() for r in runs}
     assert len(sinks) == 1, f"{size:,} records per epoch: the modes' sinks differ"
     records = size * epochs
-    out: dict = {"records_per_epoch": size, "epochs": epochs, "records": records, "modes": {}}
-    for mode, runs in samples.items():
-        median = statistics.median(r["total_s"] for r in runs)
-        typical = min(runs, key=lambda r: abs(r["total_s"] - median))  # the breakdown shown: nearest the median
-        out["modes"][mode] = {**typical, "median_total_s": median, "records_per_s": records / median,
-                              "all_total_s": [r["total_s"] for r in runs]}
-    return out
+    return {"records_per_epoch": size, "epochs": epochs, "records": records, "modes": summarize(samples, records)}
 
 
 def snapshot_ms(run: dict) -> float:

@@ -1,48 +1,97 @@
-"""Wordcount benchmark: snapshot modes none / sync / async, against Spark Structured
-Streaming and a plain batch job on the same data, all measured in one run.
+"""Wordcount benchmark: snapshot modes none / sync / async, against Spark Structured Streaming
+(RocksDB and HDFS-backed state stores) and a plain batch job on the same data, in one run.
 
-    python bench/wordcount_bench.py [--epochs 10] [--lines-per-epoch 100000] [--vocab 50000]
+    python bench/wordcount_bench.py [--epochs 10] [--lines-per-epoch 100000] [--vocab 50000] [--repeat 2]
+    python bench/wordcount_bench.py --quick      # tiny sizes: checks that it runs
 
-Scenarios (one local[2] SparkSession, JIT warmed up first):
-  catch-up   10 epochs injected, then one processing run (+ finalize: the sink commit)
-             per snapshot mode; records/s and the ratios async/none and sync/none.
-  per-epoch  one epoch per run, 10 runs (restore, process, snapshot, finalize),
-             against Spark Structured Streaming with Trigger.AvailableNow from its
-             checkpoint, one epoch per run, and its checkpoint size.
-  batch      one plain batch job over all the input.
-Prints a table and writes bench/results/wordcount.json.
+Scenarios (one local[2] SparkSession, parallelism 2, JIT warmed up first):
+  catch-up   E epochs injected, then one processing run (+ finalize: the sink commit) per snapshot
+             mode, the modes taking turns --repeat times (median): records/s, the run's restore time
+             and each epoch's time (RunReport.restore_s, epochs[].process_s).
+  per-epoch  one epoch per run, E runs (restore, process, snapshot, finalize), snapshots async: each
+             run's restore, epoch and finalize times.
+  Spark SS   the same job in Structured Streaming: text source -> the job's own tokenizer
+             (absreplay_examples.wordcount.tokenize) -> groupBy count, update mode, foreachBatch sink,
+             Trigger.AvailableNow from its checkpoint, one epoch per run, E runs; once per state store,
+             each with its own input, checkpoint and sink, the two taking turns epoch by epoch:
+               rocksdb  RocksDBStateStoreProvider with changelog checkpointing (its best configuration),
+               hdfs     the default HDFSBackedStateStoreProvider.
+             The sink does our sink's work: our SqlTable sink upserts the changed counts into a table
+             of the catalog (SQLite) with a commit record in the same transaction; this one upserts the
+             batch's rows (update mode: the changed counts) into a SQLite table with INSERT ... ON
+             CONFLICT DO UPDATE, in one transaction with the batch id as commit record, and skips a
+             batch already committed. The JSON keeps each run's time, SS's own batch durations
+             (durationMs) and the state files the checkpoint holds by kind (.changelog, .zip, .delta,
+             .snapshot): the evidence of which store wrote it.
+  batch      one plain batch job over all the input (counts written as Parquet).
+Every scenario's final counts must be equal (catch-up sinks, per-epoch sink, both SS sinks, the
+batch output): the figures come from runs that computed the same thing.
+
+Ratios, with the project's goal where there is one (the output says whether it is met):
+  per_epoch_over_ss_rocksdb        median per-epoch run / median SS RocksDB run     goal <= 0.8
+  per_epoch_over_ss_hdfs           median per-epoch run / median SS HDFS run
+  catch_up_async_over_plain_batch  catch-up async (median) / plain batch (median)   goal <= 2
+  async_over_none                  catch-up async / catch-up none (medians)         goal <= 1.05
+  sync_over_none                   catch-up sync / catch-up none (medians)
+Prints two tables and the ratios, and writes bench/results/wordcount.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
+import os
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
-from coordinator.sources import source  # noqa: E402
+from bench import options  # noqa: E402
+from bench.repetitions import summarize, turns  # noqa: E402
+from bench.synthetic_bench import machine  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
-from absreplay_examples.definitions import wordcount  # noqa: E402
-from coordinator.settings import Settings  # noqa: E402
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
+from coordinator.settings import Settings  # noqa: E402
+from coordinator.sources import source  # noqa: E402
 
-console = Console(width=140)
+console = Console(width=150)
+MODES = ("none", "sync", "async")
+SINK_TABLE = "wordcount_counts"  # the job's SqlTable sink (absreplay_examples.wordcount)
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+STATE = "org.apache.spark.sql.execution.streaming.state."
+SS_STORES = {
+    "rocksdb": {PROVIDER: STATE + "RocksDBStateStoreProvider", CHANGELOG: "true"},
+    "hdfs": {PROVIDER: STATE + "HDFSBackedStateStoreProvider", CHANGELOG: "false"},
+}
+GOALS = {"per_epoch_over_ss_rocksdb": 0.8, "catch_up_async_over_plain_batch": 2.0, "async_over_none": 1.05}
 
 
 def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def digest(counts: dict[str, int]) -> str:
+    """What a scenario computed, comparable across scenarios: its final count per word."""
+    return hashlib.sha256(repr(sorted(counts.items())).encode()).hexdigest()
+
+
+def segments(pool: Path, batch: int) -> list[Path]:
+    return sorted(pool.glob(f"*/seg-{batch:06d}.txt"))
 
 
 class Scenario:
@@ -52,18 +101,20 @@ class Scenario:
         self.root, self.pool = root, pool
         self.settings = Settings.from_env({"ABS_HOME": str(root)})
         upgrade(self.settings.database_url)
-        self.store = CheckpointStore(make_engine(self.settings.database_url))
+        self.engine = make_engine(self.settings.database_url)
+        self.store = CheckpointStore(self.engine)
         self.job = wordcount()
         self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
         self.input = source.input_dir(self.settings.data_dir, self.job.name)
 
     def land(self, batch: int) -> None:
-        for seg in sorted(self.pool.glob(f"*/seg-{batch:06d}.txt")):
+        for seg in segments(self.pool, batch):
             dest = self.input / seg.parent.name
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(seg, dest / seg.name)
 
-    def run(self, spark, mode: str, max_epochs: int | None = None):
+    def run(self, spark, mode: str, max_epochs: int | None = None) -> dict:
+        """One processing run and its finalize: wall times, and the RunReport's restore and epoch times."""
         from spark_jobs.runner import EpochRunner
         from spark_jobs.snapshot import SnapshotMode
 
@@ -73,7 +124,19 @@ class Scenario:
         report = runner.run()
         t1 = time.perf_counter()
         self.coordinator.finalize()
-        return report, t1 - t0, time.perf_counter() - t1
+        t2 = time.perf_counter()
+        failed = [t.checkpoint_id for t in report.snapshots if t.error]
+        assert not failed, f"{mode}: snapshots failed: {failed}"
+        return {"process_s": t1 - t0, "finalize_s": t2 - t1, "total_s": t2 - t0, "restore_s": report.restore_s,
+                "epoch_s": [e.process_s for e in report.epochs],
+                "snapshot_ms": [t.sync_ms + t.async_ms for t in report.snapshots]}
+
+    def counts(self) -> dict[str, int]:
+        with self.engine.connect() as c:
+            return dict(c.execute(text(f"SELECT word, count FROM {SINK_TABLE}")).all())
+
+    def state_bytes(self) -> int:
+        return du(Path(self.settings.state_uri.removeprefix("file://")))
 
 
 def catch_up(spark, base: Path, pool: Path, epochs: int, mode: str) -> dict:
@@ -81,12 +144,10 @@ def catch_up(spark, base: Path, pool: Path, epochs: int, mode: str) -> dict:
     for b in range(epochs):
         sc.land(b)
         sc.coordinator.inject()
-    report, process_s, finalize_s = sc.run(spark, mode)
-    failed = [t.checkpoint_id for t in report.snapshots if t.error]
-    assert not failed, f"{mode}: snapshots failed: {failed}"
-    return {"process_s": process_s, "finalize_s": finalize_s, "total_s": process_s + finalize_s,
-            "epoch_s": [e.process_s for e in report.epochs],
-            "state_bytes": du(Path(sc.settings.state_uri))}
+    run = sc.run(spark, mode)
+    run.update(state_bytes=sc.state_bytes(), counts_sha256=digest(sc.counts()))
+    sc.engine.dispose()
+    return run
 
 
 def per_epoch(spark, base: Path, pool: Path, epochs: int) -> dict:
@@ -95,48 +156,158 @@ def per_epoch(spark, base: Path, pool: Path, epochs: int) -> dict:
     for b in range(epochs):
         sc.land(b)
         sc.coordinator.inject()
-        _, process_s, finalize_s = sc.run(spark, "async", max_epochs=1)
-        runs.append(process_s + finalize_s)
-    return {"run_s": runs, "total_s": sum(runs), "state_bytes": du(Path(sc.settings.state_uri))}
+        runs.append(sc.run(spark, "async", max_epochs=1))
+    counts = sc.counts()
+    sc.engine.dispose()
+    return {"runs": runs, "run_s": [r["total_s"] for r in runs], "total_s": sum(r["total_s"] for r in runs),
+            "state_bytes": sc.state_bytes(), "counts": counts}
 
 
-def structured_streaming(spark, base: Path, pool: Path, epochs: int) -> dict:
-    """Spark SS: text source, groupBy count, update mode, Parquet foreachBatch sink, AvailableNow."""
-    from pyspark.sql import functions as F
+class SqliteUpsertSink:
+    """A foreachBatch sink doing our SqlTable sink's work: the batch's rows upserted by word in one
+    transaction, with the batch id as commit record; a batch already committed writes nothing."""
 
-    from spark_jobs.operators.wordcount import NON_WORD
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with self.connect() as conn:
+            conn.execute("CREATE TABLE counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL, batch_id INTEGER)")
+            conn.execute("CREATE TABLE commits (batch_id INTEGER PRIMARY KEY)")
 
-    inp, ckpt, out = base / "ss-input", base / "ss-checkpoint", base / "ss-output"
-    inp.mkdir(parents=True)
-    runs = []
-    for b in range(epochs):
-        for seg in sorted(pool.glob(f"*/seg-{b:06d}.txt")):
-            shutil.copy(seg, inp / f"{seg.parent.name}-{seg.name}")
+    def connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, isolation_level=None)  # transactions spelled out below
+
+    def __call__(self, df, batch_id: int) -> None:
+        table = df.toArrow()
+        rows = zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
+        with self.connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            if conn.execute("SELECT 1 FROM commits WHERE batch_id = ?", (batch_id,)).fetchone() is None:
+                conn.executemany("INSERT INTO counts VALUES (?, ?, ?) ON CONFLICT (word) DO UPDATE "
+                                 "SET count = excluded.count, batch_id = excluded.batch_id",
+                                 ((w, c, batch_id) for w, c in rows))
+                conn.execute("INSERT INTO commits VALUES (?)", (batch_id,))
+            conn.execute("COMMIT")
+
+    def counts(self) -> dict[str, int]:
+        with self.connect() as conn:
+            return dict(conn.execute("SELECT word, count FROM counts").fetchall())
+
+
+class StructuredStreaming:
+    """The wordcount job in Spark SS on one state store: its own input, checkpoint and SQLite sink."""
+
+    def __init__(self, base: Path, store: str) -> None:
+        self.store, self.input, self.checkpoint = store, base / "input", base / "checkpoint"
+        self.input.mkdir(parents=True)
+        self.sink = SqliteUpsertSink(base / "sink.db")
+        self.runs: list[dict] = []
+
+    def land(self, pool: Path, batch: int) -> None:
+        for seg in segments(pool, batch):
+            shutil.copy(seg, self.input / f"{seg.parent.name}-{seg.name}")
+
+    def run(self, spark) -> None:
+        """One AvailableNow run from the checkpoint: everything landed since the last one."""
+        from pyspark.sql import functions as F
+
+        from absreplay_examples.wordcount import tokenize
+
+        for key, value in SS_STORES[self.store].items():
+            spark.conf.set(key, value)  # a restarted query keeps its checkpoint's provider anyway
         t0 = time.perf_counter()
-        lines = spark.readStream.format("text").load(str(inp))
-        words = lines.select(F.explode(F.split(F.lower("value"), NON_WORD)).alias("word")).where("word != ''")
-        counts = words.groupBy("word").count()
-
-        def sink(df, batch_id: int) -> None:
-            df.write.mode("append").parquet(str(out / f"batch={batch_id}"))
-
-        query = (counts.writeStream.outputMode("update").foreachBatch(sink)
-                 .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+        lines = spark.readStream.format("text").load(str(self.input))
+        counts = tokenize(lines.select(F.col("value").alias("line"))).groupBy("word").count()
+        query = (counts.writeStream.outputMode("update").foreachBatch(self.sink)
+                 .option("checkpointLocation", str(self.checkpoint)).trigger(availableNow=True).start())
         query.awaitTermination()
-        runs.append(time.perf_counter() - t0)
-    return {"run_s": runs, "total_s": sum(runs), "checkpoint_bytes": du(ckpt)}
+        elapsed = time.perf_counter() - t0
+        self.runs.append({"run_s": elapsed, "batches": [dict(p["durationMs"]) for p in query.recentProgress]})
+
+    def result(self) -> dict:
+        state_files = Counter(p.suffix for p in (self.checkpoint / "state").rglob("*") if p.is_file())
+        return {"provider": SS_STORES[self.store], "runs": self.runs, "run_s": [r["run_s"] for r in self.runs],
+                "total_s": sum(r["run_s"] for r in self.runs), "checkpoint_bytes": du(self.checkpoint),
+                "state_files": dict(sorted(state_files.items())), "counts": self.sink.counts()}
 
 
-def plain_batch(spark, pool: Path) -> float:
+def structured_streaming(spark, base: Path, pool: Path, epochs: int) -> dict[str, dict]:
+    """Both state stores, one epoch per run, taking turns (order reversed every other epoch)."""
+    queries = {store: StructuredStreaming(base / f"ss-{store}", store) for store in SS_STORES}
+    for b, store in turns(tuple(SS_STORES), epochs):
+        queries[store].land(pool, b)
+        queries[store].run(spark)
+    return {store: q.result() for store, q in queries.items()}
+
+
+def plain_batch(spark, pool: Path, out: Path) -> float:
     from pyspark.sql import functions as F
 
-    from spark_jobs.operators.wordcount import NON_WORD
+    from absreplay_examples.wordcount import tokenize
 
     t0 = time.perf_counter()
-    lines = spark.read.text(sorted(str(p) for p in pool.glob("*/seg-*.txt")))
-    words = lines.select(F.explode(F.split(F.lower("value"), NON_WORD)).alias("word")).where("word != ''")
-    words.groupBy("word").count().write.mode("overwrite").parquet(str(pool.parent / "batch-out"))
+    lines = spark.read.text(sorted(str(p) for p in pool.glob("*/seg-*.txt"))).select(F.col("value").alias("line"))
+    tokenize(lines).groupBy("word").count().write.mode("overwrite").parquet(str(out))
     return time.perf_counter() - t0
+
+
+def parquet_counts(path: Path) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
+
+
+def ratios(results: dict) -> dict[str, float]:
+    cu, ss = results["catch_up"], results["structured_streaming"]
+    none_s = cu["none"]["median_total_s"]
+    ours = statistics.median(results["per_epoch"]["run_s"])
+    return {
+        "per_epoch_over_ss_rocksdb": ours / statistics.median(ss["rocksdb"]["run_s"]),
+        "per_epoch_over_ss_hdfs": ours / statistics.median(ss["hdfs"]["run_s"]),
+        "catch_up_async_over_plain_batch": cu["async"]["median_total_s"] / results["plain_batch_s"],
+        "async_over_none": cu["async"]["median_total_s"] / none_s,
+        "sync_over_none": cu["sync"]["median_total_s"] / none_s,
+    }
+
+
+def med(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
+
+
+def print_tables(results: dict, title: str) -> None:
+    cu, records = results["catch_up"], results["records"]
+    table = Table(title=f"catch-up: {title}")
+    for col in ("", *(f"snapshots {m}" for m in MODES), "plain batch"):
+        table.add_column(col, justify="right")
+    batch_s = results["plain_batch_s"]
+    table.add_row("total s (median)", *(f"{cu[m]['median_total_s']:.2f}" for m in MODES), f"{batch_s:.2f}")
+    table.add_row("records/s", *(f"{cu[m]['records_per_s']:,.0f}" for m in MODES), f"{records / batch_s:,.0f}")
+    table.add_row("restore s", *(f"{cu[m]['restore_s']:.2f}" for m in MODES), "")
+    table.add_row("epochs s (sum)", *(f"{sum(cu[m]['epoch_s']):.2f}" for m in MODES), "")
+    table.add_row("epoch s (median)", *(med(cu[m]["epoch_s"]) for m in MODES), "")
+    table.add_row("finalize s", *(f"{cu[m]['finalize_s']:.2f}" for m in MODES), "")
+    table.add_row("state MB", *(f"{cu[m]['state_bytes'] / 1e6:.1f}" for m in MODES), "")
+    console.print(table)
+
+    pe, ss = results["per_epoch"], results["structured_streaming"]
+    table = Table(title=f"one epoch per run ({results['epochs']} runs, medians): {title}")
+    for col in ("", "ABS Replay (async)", "Spark SS, RocksDB + changelog", "Spark SS, HDFS-backed"):
+        table.add_column(col, justify="right")
+    table.add_row("run s", med(pe["run_s"]), med(ss["rocksdb"]["run_s"]), med(ss["hdfs"]["run_s"]))
+    table.add_row("first run s", f"{pe['run_s'][0]:.2f}", f"{ss['rocksdb']['run_s'][0]:.2f}",
+                  f"{ss['hdfs']['run_s'][0]:.2f}")
+    table.add_row("restore s", med([r["restore_s"] for r in pe["runs"]]), "", "")
+    table.add_row("epoch s", med([s for r in pe["runs"] for s in r["epoch_s"]]),
+                  *(med([b["triggerExecution"] / 1000 for r in ss[s]["runs"] for b in r["batches"]])
+                    for s in SS_STORES))
+    table.add_row("finalize s", med([r["finalize_s"] for r in pe["runs"]]), "", "")
+    table.add_row("state / checkpoint MB", f"{pe['state_bytes'] / 1e6:.1f}",
+                  *(f"{ss[s]['checkpoint_bytes'] / 1e6:.1f}" for s in SS_STORES))
+    table.add_row("state files", "", *(", ".join(f"{n} {k or 'other'}" for k, n in ss[s]["state_files"].items())
+                                       for s in SS_STORES))
+    console.print(table)
+    console.print("SS epoch s: the batch's triggerExecution (durationMs); run s: the whole AvailableNow "
+                  "query, from building it to its end")
 
 
 def main() -> None:
@@ -145,8 +316,9 @@ def main() -> None:
     ap.add_argument("--lines-per-epoch", type=int, default=100_000)
     ap.add_argument("--vocab", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=2, help="catch-up repetitions per mode (median)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "wordcount.json"))
-    args = ap.parse_args()
+    args = options.parse(ap, "wordcount")
+    if args.quick:
+        args.epochs, args.lines_per_epoch, args.vocab, args.repeat = 3, 2_000, 500, 1
 
     from spark_jobs.session import build_session
 
@@ -156,59 +328,48 @@ def main() -> None:
     for b in range(args.epochs):
         land_batch(pool, b, args.lines_per_epoch // 2, partitions=2, vocab_size=args.vocab, words_per_line=5)
     records = args.epochs * (args.lines_per_epoch // 2) * 2
+    started, load_before = time.perf_counter(), os.getloadavg()
     spark = build_session("abs-bench", 2, "local[2]")
     try:
-        console.print("warming up the JVM (one catch-up run, not measured)")
+        console.print("warming up the JVM (one catch-up run, one SS run per store; not measured)")
         catch_up(spark, base, pool, args.epochs, "async")
-        results: dict = {"records": records, "epochs": args.epochs, "catch_up": {}}
-        samples: dict[str, list[dict]] = {m: [] for m in ("none", "sync", "async")}
-        for rep in range(args.repeat):
-            for mode in (("none", "sync", "async") if rep % 2 == 0 else ("async", "sync", "none")):
-                console.print(f"catch-up, snapshots {mode} (repetition {rep + 1})")
-                samples[mode].append(catch_up(spark, base, pool, args.epochs, mode))
-        for mode, runs in samples.items():
-            median = statistics.median(r["total_s"] for r in runs)
-            # the breakdown shown is the run nearest the median
-            typical = min(runs, key=lambda r: abs(r["total_s"] - median))
-            results["catch_up"][mode] = {**typical, "median_total_s": median, "records_per_s": records / median,
-                                         "all_total_s": [r["total_s"] for r in runs]}
+        structured_streaming(spark, base / "warm-up", pool, 1)
+        results: dict = {"records": records, "epochs": args.epochs, "quick": args.quick, "machine": machine(spark)}
+        samples: dict[str, list[dict]] = {m: [] for m in MODES}
+        for rep, mode in turns(MODES, args.repeat):
+            console.print(f"catch-up, snapshots {mode} (repetition {rep + 1})")
+            samples[mode].append(catch_up(spark, base, pool, args.epochs, mode))
+        results["catch_up"] = summarize(samples, records)
         console.print("one epoch per run (async)")
         results["per_epoch"] = per_epoch(spark, base, pool, args.epochs)
-        console.print("Spark Structured Streaming, one epoch per run")
+        console.print("Spark Structured Streaming, one epoch per run, RocksDB and HDFS-backed state stores")
         results["structured_streaming"] = structured_streaming(spark, base, pool, args.epochs)
         console.print("plain batch job")
-        results["plain_batch_s"] = statistics.median(plain_batch(spark, pool) for _ in range(3))
+        results["plain_batch_s"] = statistics.median(plain_batch(spark, pool, base / "batch-out") for _ in range(3))
+        batch_counts = parquet_counts(base / "batch-out")
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
+    results["load_average_before"], results["load_average_after"] = list(load_before), list(os.getloadavg())
+    results["wall_s"] = time.perf_counter() - started
 
-    cu = results["catch_up"]
-    none_s = cu["none"]["median_total_s"]
-    ours_epoch = statistics.median(results["per_epoch"]["run_s"])
-    ss_epoch = statistics.median(results["structured_streaming"]["run_s"])
-    results["ratios"] = {
-        "async_over_none": cu["async"]["median_total_s"] / none_s,
-        "sync_over_none": cu["sync"]["median_total_s"] / none_s,
-        "per_epoch_over_structured_streaming": ours_epoch / ss_epoch,
-        "catch_up_async_over_plain_batch": cu["async"]["median_total_s"] / results["plain_batch_s"],
-    }
-    table = Table(title=f"wordcount, {records:,} lines in {args.epochs} epochs, local[2]")
-    for col in ("measurement", "seconds", "records/s", "note"):
-        table.add_column(col)
-    for mode in ("none", "sync", "async"):
-        r = cu[mode]
-        table.add_row(f"catch-up, snapshots {mode}", f"{r['median_total_s']:.2f}", f"{r['records_per_s']:,.0f}",
-                      f"process {r['process_s']:.2f} + finalize {r['finalize_s']:.2f}")
-    table.add_row("one epoch per run (median run)", f"{ours_epoch:.2f}", "",
-                  f"state root {results['per_epoch']['state_bytes'] / 1e6:.1f} MB")
-    table.add_row("Spark SS, one epoch per run (median)", f"{ss_epoch:.2f}", "",
-                  f"checkpoint {results['structured_streaming']['checkpoint_bytes'] / 1e6:.1f} MB")
-    table.add_row("plain batch, all input", f"{results['plain_batch_s']:.2f}", f"{records / results['plain_batch_s']:,.0f}", "")
-    console.print(table)
-    for k, v in results["ratios"].items():
-        console.print(f"{k}: {v:.3f}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    # every scenario computed the same counts (the dicts are not kept in the JSON: a digest is)
+    found = {f"catch-up {mode} {i + 1}": r["counts_sha256"] for mode, runs in samples.items() for i, r in enumerate(runs)}
+    found["per-epoch"] = digest(results["per_epoch"].pop("counts"))
+    for store, r in results["structured_streaming"].items():
+        found[f"ss-{store}"] = digest(r.pop("counts"))
+    found["plain batch"] = digest(batch_counts)
+    assert len(set(found.values())) == 1, f"the scenarios' final counts differ: {found}"
+    results["counts_sha256"] = found["plain batch"]
+
+    results["ratios"] = ratios(results)
+    results["goals"] = GOALS
+    print_tables(results, f"wordcount, {records:,} lines in {args.epochs} epochs, local[2]")
+    for name, value in results["ratios"].items():
+        goal = GOALS.get(name)
+        verdict = "" if goal is None else f"  (goal <= {goal}: {'met' if value <= goal else 'NOT met'})"
+        console.print(f"{name}: {value:.3f}{verdict}")
+    options.write(args.out, results)
     console.print(f"written to {args.out}")
 
 

@@ -6,7 +6,6 @@ import contextlib
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import text
 
 from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
+from absreplay.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
 from coordinator.checkpoints import state_files
@@ -112,13 +112,6 @@ def rewrite_unseen(segment: Path, old: str, new: str) -> None:
     assert old in text
     segment.write_text(text.replace(old, new))
     os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on now (services of this machine hold the defaults)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 ABSREPLAY = str(Path(sys.executable).parent / "absreplay")

@@ -1,20 +1,16 @@
 """A real Spark standalone cluster (master and one worker on 127.0.0.1) runs the epochs DAG's submission.
 
-The test starts both JVMs with ``spark-class`` from the pyspark package, points
-the ``spark_default`` connection at the master (deploy mode client) and runs
-the barrier and epoch DAGs with dag.test(): the py-files zip must reach the
-executor and the committed counts must equal an independent recount.
+The test starts both JVMs with ``spark-class`` from the pyspark package
+(``absreplay.standalone_cluster``), points the ``spark_default`` connection at
+the master (deploy mode client) and runs the barrier and epoch DAGs with
+dag.test(): the py-files zip must reach the executor and the committed counts
+must equal an independent recount.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from absreplay.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db, spark_connection
@@ -23,67 +19,18 @@ isolate_airflow_home()  # before airflow is imported: its configuration is read 
 
 import pytest  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
-from pyspark.find_spark_home import _find_spark_home  # noqa: E402
 
+from absreplay.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 from coordinator.checkpoints.lifecycle import CheckpointStatus  # noqa: E402
-from tests.helpers import free_port, stop_process_group, make_workspace  # noqa: E402
+from tests.helpers import make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=55)]
-
-READY_TIMEOUT_S = 180
-
-
-@dataclass
-class StandaloneCluster:
-    master_url: str
-    ui_url: str
-    work_dir: Path
-    logs: list[Path]
-
-    def state(self) -> dict:
-        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=5) as resp:
-            return json.load(resp)
-
-    def log_tail(self) -> str:
-        return "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text().splitlines()[-15:]) for p in self.logs)
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
-    spark_class = Path(_find_spark_home()) / "bin" / "spark-class"
-    master_port, master_ui, worker_port, worker_ui = (free_port() for _ in range(4))
-    work = tmp_path / "spark-work"
-    work.mkdir()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
-    cluster = StandaloneCluster(f"spark://127.0.0.1:{master_port}", f"http://127.0.0.1:{master_ui}", work,
-                                [tmp_path / "spark-master.log", tmp_path / "spark-worker.log"])
-    commands = [
-        [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-         "--port", str(master_port), "--webui-port", str(master_ui)],
-        [str(spark_class), "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-         "--port", str(worker_port), "--webui-port", str(worker_ui), "--cores", "2", "--memory", "2g",
-         "--work-dir", str(work), cluster.master_url],
-    ]
-    procs = []
-    try:
-        for command, log in zip(commands, cluster.logs, strict=True):
-            with log.open("w") as fh:
-                procs.append(subprocess.Popen(command, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                              start_new_session=True))
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                if cluster.state().get("aliveworkers") == 1:
-                    break
-            except (OSError, ValueError):  # not listening yet, or the UI answers HTML while it starts
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                pytest.fail(f"the standalone cluster did not come up:\n{cluster.log_tail()}")
-            time.sleep(1)
+    with standalone_cluster(tmp_path / "spark", workers=1, cores=2, memory="2g") as cluster:
         yield cluster
-    finally:
-        for proc in reversed(procs):
-            stop_process_group(proc)
 
 
 def test_a_standalone_cluster_runs_the_epochs_dag_submission_exactly(
