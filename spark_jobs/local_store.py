@@ -152,7 +152,6 @@ class SubtaskStore:
         cols = ", ".join(q(c) for c in self.layout.columns)
         keys = ", ".join(q(k) for k in self.layout.keys)
         con.execute(f"CREATE TABLE state ({cols}, PRIMARY KEY ({keys})) WITHOUT ROWID")
-        con.execute("CREATE INDEX state_updated ON state (updated)")
         con.execute(f"CREATE TABLE undo ({cols}, version INTEGER, present INTEGER, PRIMARY KEY ({keys}, version))"
                     " WITHOUT ROWID")
         con.execute("CREATE INDEX undo_version ON undo (version)")
@@ -181,10 +180,9 @@ class SubtaskStore:
                         f"SELECT {', '.join('s.' + q(c) for c in lay.columns)}, ?, 1 FROM c JOIN state s ON {on}",
                         (version,))
             keys = ", ".join(q(k) for k in lay.keys)
-            con.execute(f"INSERT INTO undo ({keys}, version, present) SELECT {', '.join('c.' + q(k) for k in lay.keys)}, "
-                        f"?, 0 FROM c WHERE NOT EXISTS (SELECT 1 FROM state s WHERE {on})", (version,))
-            added = con.execute(f"SELECT count(*) FROM c WHERE NOT EXISTS (SELECT 1 FROM state s WHERE {on})"
-                                ).fetchone()[0]
+            added = con.execute(f"INSERT INTO undo ({keys}, version, present) SELECT "
+                                f"{', '.join('c.' + q(k) for k in lay.keys)}, ?, 0 FROM c "
+                                f"WHERE NOT EXISTS (SELECT 1 FROM state s WHERE {on})", (version,)).rowcount
             con.execute(f"INSERT OR REPLACE INTO state ({cols}) SELECT {', '.join(self._merged())} "
                         f"FROM c LEFT JOIN state s ON {on}")
             con.execute("INSERT INTO versions VALUES (?)", (version,))
@@ -306,6 +304,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=NORMAL")
     con.execute("PRAGMA cache_size=-65536")
+    con.execute("PRAGMA temp_store=MEMORY")
     return con
 
 

@@ -292,7 +292,7 @@ class SnapshotWriter:
                      timing: SnapshotTiming) -> tuple[list[StateHandle], bool, int]:
         """One operator's snapshot: its files, sealed, and its subtasks' handles."""
         p, op = self.job.parallelism, spec.operator
-        full = self._next_is_full(spec)
+        full = self._next_is_full(spec, state)
         if full:
             rows = state.rows(self.spark) if isinstance(state, StoreState) else state
         else:
@@ -349,14 +349,18 @@ class SnapshotWriter:
     def _job_root(self) -> str:
         return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
-    def _next_is_full(self, spec: StateSpec) -> bool:
+    def _next_is_full(self, spec: StateSpec, state: DataFrame | StoreState) -> bool:
         """Full for an operator that deletes rows, on the first snapshot, every ``full_every``, after a
-        change of parallelism, and when most keys change anyway (an incremental chain of near-full
-        deltas would only make restores slower)."""
+        change of parallelism, and, for a DataFrame state, when most keys change anyway (an incremental
+        chain of near-full deltas would only make restores slower). A state on local stores stays
+        incremental then: its delta is the epoch's changes, already materialized, while a full
+        snapshot reads every store, and its runs restore from the stores, not the files."""
         op = spec.operator
         if (not spec.incremental or self.base is None or self.chain_lengths.get(op, 0) >= self.full_every
                 or self.base_parallelism != self.job.parallelism):
             return True
+        if isinstance(state, StoreState):
+            return False
         return self.last_changed_rows.get(op, 0) * 2 > self.last_full_rows.get(op, 0)
 
     def _stateless_handles(self) -> list[StateHandle]:

@@ -56,7 +56,6 @@ from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 MARKER = "_marker"
-ROUTE = "_route"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -140,7 +139,7 @@ def _routed(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame
     markers = spark.range(parallelism).select(F.col("id").cast("int").alias(SUBTASK), F.lit(True).alias(MARKER))
     rows = rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
     route = F.element_at(F.array(*[F.lit(r) for r in _routes(spark, parallelism)]), F.col(SUBTASK) + 1)
-    return rows.withColumn(ROUTE, route).repartition(parallelism, ROUTE)
+    return rows.repartition(parallelism, route)
 
 
 _ROUTES: dict[int, list[int]] = {}
@@ -183,10 +182,10 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
     pre = with_subtask(rows.select(*contributions), keys, state.parallelism, state.max_parallelism)
     if subtasks is not None:
         pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    # one shuffle: routed to their store's partition, then aggregated per key there (the grouping
-    # includes the partitioning column, so Spark adds no exchange)
-    batch = (_routed(spark, pre, state.parallelism).groupBy(ROUTE, SUBTASK, MARKER, *keys).agg(*merges)
-             .select(SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
+    # aggregated per key (partially before the shuffle), then routed to their store's partition
+    pre = pre.groupBy(SUBTASK, *keys).agg(*merges)
+    batch = _routed(spark, pre, state.parallelism).select(
+        SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated"))
     directory, layout, columns = state.directory, state.layout, state.columns
     prev = state.version
 
