@@ -7,11 +7,11 @@ The synthetic job (three keyed aggregates, ``absreplay_examples.synthetic``) at 
 local[2]. For each state size K:
 
 1. load: one epoch of K records with K distinct keys (its snapshot is full);
-2. one warm-up epoch (its snapshot is full too: the load changed every key);
+2. one warm-up epoch (with the DataFrame state its snapshot is full: the load changed every key);
 3. ``--epochs`` measured epochs of ``--records`` records whose keys are drawn from ``--touched`` keys
    (a fresh random set each epoch), caught up in one run: seconds per epoch (the epoch's compute,
    and the whole run divided by the epochs), and the bytes of each incremental snapshot against the
-   full one of step 2;
+   full one of step 1;
 4. restore: one more epoch in a new run, with the local stores kept (they hold the checkpoint) and,
    once more, with them deleted (loaded from the snapshot files, checked as they are read).
 
@@ -99,11 +99,11 @@ def scenario(spark, base: Path, keys: int, args: argparse.Namespace, backend: st
         console.print(f"[{backend}, {keys:,} keys] load")
         sc.land(np.arange(keys))
         report, out["load_s"] = sc.run(spark)
-        out["load_snapshot_bytes"] = report.snapshots[0].state_bytes
-        sc.land(sc.epoch_keys(keys, args.records, args.touched))
-        report, out["warmup_s"] = sc.run(spark)
-        full = report.snapshots[0]
+        full = report.snapshots[0]  # the first snapshot is full: every row of every operator
+        assert full.full, "the load's snapshot is not full"
         out["full_snapshot_bytes"], out["full_snapshot_rows"] = full.state_bytes, full.state_rows
+        sc.land(sc.epoch_keys(keys, args.records, args.touched))
+        _, out["warmup_s"] = sc.run(spark)
         console.print(f"[{backend}, {keys:,} keys] {args.epochs} epochs of {args.records:,} records, "
                       f"{args.touched:,} keys each")
         for _ in range(args.epochs):

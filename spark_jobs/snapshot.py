@@ -12,6 +12,8 @@ written once; any other sink's output is written under ``chk-n/<sink>/``, with
 the output of epochs whose checkpoint failed since the last durable one (it
 belongs to the next transaction). Rows and checksums per subtask are observed
 during the writes, then the sink transactions are staged and every task acks.
+A keyed aggregate on local stores (``spark_jobs.store_backend``) has its delta
+written by the epoch's own tasks; its asynchronous phase seals and acks it.
 
 Modes (per run): ``async`` runs the write on a writer thread while epoch n+1
 proceeds (ABS); ``sync`` runs it before epoch n+1 starts (the stop-the-world
@@ -293,25 +295,31 @@ class SnapshotWriter:
         """One operator's snapshot: its files, sealed, and its subtasks' handles."""
         p, op = self.job.parallelism, spec.operator
         full = self._next_is_full(spec, state)
-        if full:
-            rows = state.rows(self.spark) if isinstance(state, StoreState) else state
-        else:
-            rows = self._changed_since_base(state)
-        snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
-        if epoch.subtasks is not None:
-            snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
-        changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
-        observation = Observation(f"snapshot-{checkpoint_id}-{op}")
-        observed = snap.observe(
-            observation,
-            *keyed_state.group_metrics(state.columns, keyed_state.SUBTASK, p),
-            F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
-        )
         op_uri = self._op_uri(checkpoint_id, op)
-        keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
+        if (not full and isinstance(state, StoreState) and state.written is not None and state.prev == self.base
+                and epoch.subtasks is None):
+            # the epoch's tasks wrote the delta (its rows and checksums observed then): seal it
+            metrics = dict(state.written["metrics"])
+            metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(p))
+        else:
+            if full:
+                rows = state.rows(self.spark) if isinstance(state, StoreState) else state
+            else:
+                rows = self._changed_since_base(state)
+            snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
+            if epoch.subtasks is not None:
+                snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
+            changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
+            observation = Observation(f"snapshot-{checkpoint_id}-{op}")
+            observed = snap.observe(
+                observation,
+                *keyed_state.group_metrics(state.columns, keyed_state.SUBTASK, p),
+                F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
+            )
+            keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
+            metrics = observation.get
         # durable before the ack, and described so that a commit can verify what it reads
         self._manifests[op] = manifests.seal(op_uri, self._job_root)
-        metrics = observation.get
         stats = keyed_state.stats_from_metrics(metrics, p)
         changed = int(metrics["changed"] or 0)
         handles = []

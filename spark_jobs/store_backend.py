@@ -10,7 +10,11 @@ SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
    aggregation, one shuffle of the epoch's records);
 2. one task per store that folds them into the touched keys' rows in SQLite
    and returns those rows: the epoch's changelog, which is what the operator
-   emits, what an incremental snapshot writes and what an upsert sink commits.
+   emits, what an incremental snapshot holds and what an upsert sink commits.
+   For a local state root the same task writes it as the subtask's delta file
+   of checkpoint n (Flink's changelog backend persists state changes as it
+   goes, likewise), its rows and checksum observed in that pass; the
+   asynchronous phase then only seals and acks it.
 
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
 next epoch may already be applied), in Spark tasks: nothing is collected to the
@@ -33,6 +37,8 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
+import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -41,21 +47,23 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko
-from spark_jobs.keyed_state import SUBTASK, with_subtask
+from spark_jobs.keyed_state import SUBTASK, group_metrics, with_subtask
 from spark_jobs.local_store import SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 MARKER = "_marker"
+ROUTE = "_route"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -101,9 +109,14 @@ class StoreState:
     parallelism: int
     max_parallelism: int
     version: int
+    #: the job's snapshot folder when the state root is local (the epoch's tasks write its delta there)
+    snapshots: str | None = None
     #: the version the epoch started from, and the rows it changed (None: restored, no epoch yet)
     prev: int | None = None
     changes: DataFrame | None = None
+    #: the delta the epoch's tasks wrote to chk-<version>/<operator>/: rows and checksum per subtask,
+    #: observed as they were written (None: not written; the snapshot writer writes it)
+    written: dict | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -139,7 +152,7 @@ def _routed(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame
     markers = spark.range(parallelism).select(F.col("id").cast("int").alias(SUBTASK), F.lit(True).alias(MARKER))
     rows = rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
     route = F.element_at(F.array(*[F.lit(r) for r in _routes(spark, parallelism)]), F.col(SUBTASK) + 1)
-    return rows.repartition(parallelism, route)
+    return rows.withColumn(ROUTE, route).repartition(parallelism, ROUTE)
 
 
 _ROUTES: dict[int, list[int]] = {}
@@ -182,12 +195,18 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
     pre = with_subtask(rows.select(*contributions), keys, state.parallelism, state.max_parallelism)
     if subtasks is not None:
         pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    # aggregated per key (partially before the shuffle), then routed to their store's partition
-    pre = pre.groupBy(SUBTASK, *keys).agg(*merges)
-    batch = _routed(spark, pre, state.parallelism).select(
-        SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated"))
+    # one shuffle: routed to their store's partition, then aggregated per key there (the grouping
+    # includes the partitioning column, so Spark adds no exchange)
+    batch = (_routed(spark, pre, state.parallelism).groupBy(ROUTE, SUBTASK, MARKER, *keys).agg(*merges)
+             .select(SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
     directory, layout, columns = state.directory, state.layout, state.columns
     prev = state.version
+    # the delta of checkpoint n is these rows: written by the same tasks (a partial recovery leaves it to
+    # the snapshot writer, which keeps the files of the subtasks past the epoch)
+    delta = None if state.snapshots is None or subtasks is not None else \
+        f"{state.snapshots}/chk-{checkpoint_id}/{state.operator}"
+    if delta is not None:  # an earlier attempt's files (at another parallelism, say) are not this one's
+        shutil.rmtree(delta, ignore_errors=True)
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pieces = sorted(_by_subtask(batches), key=lambda x: x[0])
@@ -195,12 +214,27 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
             table = pa.Table.from_batches([b for _, b in group]).select(columns)
             store = SubtaskStore(f"{directory}/subtask-{i}", layout).open()
             try:
-                yield from store.apply(table, checkpoint_id, prev).to_batches()
+                out = store.apply(table, checkpoint_id, prev)
             finally:
                 store.close()
+            if delta is not None and out.num_rows:
+                write_delta(out, f"{delta}/{SUBTASK}={i}")
+            yield from out.append_column(SUBTASK, pa.array([i] * out.num_rows, pa.int32())).to_batches()
 
-    changes = batch.mapInArrow(apply, state.schema).localCheckpoint(eager=True)
-    return replace(state, version=checkpoint_id, prev=prev, changes=changes)
+    observation = Observation(f"changes-{checkpoint_id}-{state.operator}")
+    out = (batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
+           .observe(observation, *group_metrics(columns, SUBTASK, state.parallelism))
+           .localCheckpoint(eager=True))
+    written = None if delta is None else {"uri": "file://" + delta, "metrics": observation.get}
+    return replace(state, version=checkpoint_id, prev=prev, changes=out.drop(SUBTASK), written=written)
+
+
+def write_delta(rows: pa.Table, directory: str) -> None:
+    """One subtask's delta file, whole or not at all (a retried task writes the same rows again)."""
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{directory}/.part-00000.parquet.tmp"
+    pq.write_table(rows, tmp, compression="snappy")
+    os.replace(tmp, f"{directory}/part-00000.parquet")
 
 
 class StoreBackend:
@@ -214,13 +248,16 @@ class StoreBackend:
         # checkpoint ids are a job's (never reused), so a version names one state of one incarnation of
         # the job (its catalog row), one layout and one parallelism
         root = store_root(state_uri, job.name) / incarnation
+        local = state_files.normalize_root(state_uri)
+        snapshots = None if "://" in local else f"{local}/{job.name}"
         for spec in job.states:
             layout = layout_of(nodes[spec.operator], spec)
             if layout is not None:
                 shape = hashlib.sha256(repr((layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
                 directory = root / spec.operator / f"p{p}-g{max_parallelism}-{shape}"
                 self.states[spec.operator] = StoreState(spec.operator, str(directory), layout,
-                                                        spark_schema(spec.columns), p, max_parallelism, 0)
+                                                        spark_schema(spec.columns), p, max_parallelism, 0,
+                                                        snapshots)
 
     @classmethod
     def of(cls, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str, max_parallelism: int,
