@@ -49,7 +49,7 @@ from coordinator.settings import Settings  # noqa: E402
 from coordinator.sources import source  # noqa: E402
 from spark_jobs.store_backend import BACKEND_ENV, store_root  # noqa: E402
 
-console = Console(width=150)
+console = Console(width=150, markup=False)
 PARTITIONS = 2
 
 
@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--touched", type=int, default=10_000)
+    ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "state_scale.json"))
     args = ap.parse_args()
     sizes = [int(x) for x in args.keys.split(",") if x]
@@ -149,6 +150,8 @@ def main() -> None:
     from spark_jobs.session import build_session
 
     base = Path(tempfile.mkdtemp(prefix="abs-scale-"))
+    # 1e7 keys: the load epoch's changes are one local copy of the whole state in the driver's JVM
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {args.driver_memory} pyspark-shell")
     spark = build_session("abs-state-scale", 2, "local[2]")
     results: dict = {"machine": machine(spark), "epochs": args.epochs, "records_per_epoch": args.records,
                      "touched_keys": args.touched, "runs": []}
@@ -157,6 +160,7 @@ def main() -> None:
         scenario(spark, base, 10_000, argparse.Namespace(**{**vars(args), "epochs": 2}), "local")
         for keys in sizes:
             results["runs"].append(scenario(spark, base, keys, args, "local"))
+            Path(args.out).write_text(json.dumps(results, indent=2))  # what is measured so far survives a crash
         for keys in compare:
             results["runs"].append(scenario(spark, base, keys, args, "spark"))
     finally:

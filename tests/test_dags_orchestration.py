@@ -60,6 +60,8 @@ def test_the_driver_gets_the_catalog_data_and_state_settings(tmp_path: Path) -> 
         "ABS_STATE_URI": "s3a://bucket/state",
         "ABS_PARALLELISM": "",
         "ABS_JOBS_DIR": "",
+        "ABS_STATE_BACKEND": "local",
+        "ABS_STORE_DIR": "",
     }
     assert orchestration.process_args("wordcount", "sync") == ["wordcount", "--snapshot-mode", "sync"]
     with pytest.raises(UsageError, match="unknown job 'nope'"):
@@ -279,3 +281,10 @@ def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path,
     else:
         os.kill(child, 9)
         pytest.fail(f"the recovery's child {child} outlived the timeout")
+
+
+def test_an_unknown_state_backend_is_a_one_line_configuration_error(tmp_path: Path) -> None:
+    from coordinator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"ABS_STATE_BACKEND='rocks': expected one of local, spark"):
+        Settings.from_env({"ABS_HOME": str(tmp_path), "ABS_STATE_BACKEND": "rocks"})
