@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from coordinator.checkpoints.manifests import fsync
+
 #: versions whose undo is kept: snapshots in flight (at most 2) and one rollback at restore
 KEEP = 4
 FETCH_ROWS = 65_536
@@ -105,6 +107,13 @@ class SubtaskStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _holding(self, version: int) -> StoreInfo:
+        """The store's info, if it can be read as of ``version`` or rolled back to it."""
+        info = self.info()
+        if not info.floor <= version <= info.version:
+            raise StoreVersionError(f"store {self.dir} holds versions {info.floor}..{info.version}, not {version}")
+        return info
+
     def info(self) -> StoreInfo:
         version, floor, rows = self.con.execute("SELECT version, floor, rows FROM meta").fetchone()
         return StoreInfo(version, floor, rows)
@@ -136,13 +145,13 @@ class SubtaskStore:
             path.unlink(missing_ok=True)
             raise
         con.close()
-        _fsync(path)
+        fsync(path)
         old = self.current_file
         tmp = self.dir / f"CURRENT.{uuid.uuid4().hex}"
         tmp.write_text(name)
-        _fsync(tmp)
+        fsync(tmp)
         os.replace(tmp, self.dir / "CURRENT")
-        _fsync(self.dir)
+        fsync(self.dir)
         if old is not None:
             for suffix in ("", "-wal", "-shm"):
                 Path(str(old) + suffix).unlink(missing_ok=True)
@@ -238,10 +247,7 @@ class SubtaskStore:
         con, cols = self.con, self.layout.columns
         con.execute("BEGIN")
         try:
-            info = self.info()
-            if not info.floor <= version <= info.version:
-                raise StoreVersionError(f"store {self.dir} holds versions {info.floor}..{info.version}, "
-                                        f"not {version}")
+            info = self._holding(version)
             # a key changed after ``version`` has updated > version here and its row as of then in undo
             changed = "" if since is None else " AND s.updated > :since"
             sql = f"SELECT {', '.join('s.' + q(c) for c in cols)} FROM state s WHERE s.updated <= :v{changed}"
@@ -264,10 +270,7 @@ class SubtaskStore:
         on = " AND ".join(f"state.{q(k)} = undo.{q(k)}" for k in lay.keys)
         con.execute("BEGIN IMMEDIATE")
         try:
-            info = self.info()
-            if not info.floor <= version <= info.version:
-                raise StoreVersionError(f"store {self.dir} holds versions {info.floor}..{info.version}, "
-                                        f"not {version}")
+            info = self._holding(version)
             newer = [v for (v,) in con.execute("SELECT version FROM versions WHERE version > ? ORDER BY version DESC",
                                                 (version,))]
             for v in newer:
@@ -330,11 +333,3 @@ def _batches(cursor: sqlite3.Cursor, schema: pa.Schema) -> Iterator[pa.RecordBat
             else:
                 arrays.append(pa.array(values, field.type))
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -70,22 +70,19 @@ def _fsync_tree(root: str, stop_at: str) -> None:
     """fsync every file and directory under ``root``, then the directories up to ``stop_at``."""
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(dirpath)
+            fsync(os.path.join(dirpath, name))
+        fsync(dirpath)
     parent = os.path.dirname(root.rstrip("/"))
     while parent.startswith(stop_at) and parent != os.path.dirname(parent):
-        _fsync_dir(parent)
+        fsync(parent)
         if parent == stop_at:
             break
         parent = os.path.dirname(parent)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync(path: str | os.PathLike) -> None:
+    """Make a local file's content, or a directory's entries, durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from coordinator.checkpoints.manifests import fsync
 from coordinator.errors import SinkSchemaError
 from coordinator.sinks.base import schema_difference
 
@@ -56,15 +57,6 @@ def _numbered(parent: Path | None, pattern: re.Pattern[str]) -> dict[int, Path]:
         return {}
     found = {int(m.group(1)): e for e in parent.iterdir() if (m := pattern.fullmatch(e.name)) and e.is_dir()}
     return dict(sorted(found.items()))
-
-
-def _fsync(path: Path) -> None:
-    """Make a file's content, or a directory's entries, durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _types(schema: pa.Schema) -> dict[str, str]:
@@ -116,7 +108,7 @@ class ParquetDirectory:
         if live is None:  # the first commit: an empty generation is empty content
             live = self.path / "generation=1"
             live.mkdir()
-            _fsync(self.path)
+            fsync(self.path)
         stage = self._stage()
         self._write(stage / PART, rows)
         self._publish(stage, live / f"checkpoint_id={checkpoint_id}")
@@ -138,13 +130,13 @@ class ParquetDirectory:
                 if n <= checkpoint_id:  # a hard link: the kept checkpoints are not copied
                     (stage / p.name).mkdir()
                     os.link(p / PART, stage / p.name / PART)
-                    _fsync(stage / p.name)
+                    fsync(stage / p.name)
             if checkpoint_id not in checkpoints:  # the record reads the checkpoint, and the generation has a file
                 self._write(stage / f"checkpoint_id={checkpoint_id}" / PART, self.schema.empty_table())
         else:
             self._write(stage / f"checkpoint_id={checkpoint_id}" / PART, rows)
             touched = rows.num_rows
-        _fsync(stage)
+        fsync(stage)
         generation = max(_numbered(self.path, _GENERATION), default=0) + 1
         self._publish(stage, self.path / f"generation={generation}")
         self._tidy()
@@ -183,14 +175,14 @@ class ParquetDirectory:
             pq.write_table(self._conform(rows), out)
             out.flush()
             os.fsync(out.fileno())
-        _fsync(file.parent)
+        fsync(file.parent)
 
     def _publish(self, stage: Path, final: Path) -> None:
         """The commit point: one rename makes the staged directory visible, whole."""
         os.rename(stage, final)
-        _fsync(final.parent)
+        fsync(final.parent)
         if stage.parent != final.parent:
-            _fsync(stage.parent)
+            fsync(stage.parent)
 
     def _tidy(self) -> None:
         """Remove what a dead write left: staging entries and generations older than the live one."""
@@ -232,6 +224,6 @@ class ParquetDirectory:
                 pass
             finally:
                 draft.unlink()
-            _fsync(self.path)
+            fsync(self.path)
             owner = self._owner()
         self._check_owner(owner, job, sink)
