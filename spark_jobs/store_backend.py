@@ -36,18 +36,12 @@ host, or a shared mount).
 from __future__ import annotations
 
 import hashlib
-import itertools
-import os
 import shutil
 import sqlite3
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -56,14 +50,12 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
-from spark_jobs import keyed_operators as ko
+from spark_jobs import keyed_operators as ko, store_tasks
 from spark_jobs.keyed_state import SUBTASK, group_metrics, with_subtask
 from spark_jobs.local_store import SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
-MARKER = "_marker"
-ROUTE = "_route"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -130,55 +122,16 @@ class StoreState:
         Spark task per store."""
         if since is not None and since == self.prev and self.changes is not None:
             return self.changes
-        directory, layout, version = self.directory, self.layout, self.version
-
-        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                for i in batch.column(0).to_pylist():
-                    store = SubtaskStore(f"{directory}/subtask-{i}", layout).open()
-                    try:
-                        yield from store.rows_as_of(version, since)
-                    finally:
-                        store.close()
-
         ids = spark.range(0, self.parallelism, 1, self.parallelism).select(F.col("id").cast("int").alias(SUBTASK))
-        return ids.mapInArrow(read, self.schema)
+        return ids.mapInArrow(store_tasks.read_task(self.directory, self.layout, self.version, since),
+                              self.schema)
 
 
-def _routed(spark: SparkSession, rows: DataFrame, parallelism: int) -> DataFrame:
-    """``rows`` (with a subtask column) and one marker row per subtask (every store's task runs, rows or
-    not), partitioned so that Spark partition i holds subtask i's rows alone: by a ``_route`` column that
-    an aggregation may group by without another shuffle."""
-    markers = spark.range(parallelism).select(F.col("id").cast("int").alias(SUBTASK), F.lit(True).alias(MARKER))
-    rows = rows.withColumn(MARKER, F.lit(False)).unionByName(markers, allowMissingColumns=True)
-    route = F.element_at(F.array(*[F.lit(r) for r in _routes(spark, parallelism)]), F.col(SUBTASK) + 1)
-    return rows.withColumn(ROUTE, route).repartition(parallelism, ROUTE)
-
-
-_ROUTES: dict[int, list[int]] = {}
-
-
-def _routes(spark: SparkSession, parallelism: int) -> list[int]:
-    """For each subtask i, a value that Spark's hash partitioning sends to partition i (its Murmur3 hash mod
-    the partitions), so that no task holds two stores and every task one: found once per parallelism."""
-    if parallelism not in _ROUTES:
-        found = (spark.range(0, 64 * parallelism, 1, 1).select("id", F.pmod(F.hash("id"), F.lit(parallelism)).alias("p"))
-                 .groupBy("p").agg(F.min("id").alias("id")).collect())
-        routes = {r["p"]: r["id"] for r in found}
-        if sorted(routes) != list(range(parallelism)):
-            raise RuntimeError(f"no routing value found for every one of {parallelism} partitions")
-        _ROUTES[parallelism] = [routes[i] for i in range(parallelism)]
-    return _ROUTES[parallelism]
-
-
-def _by_subtask(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pa.RecordBatch]]:
-    """(subtask, its rows without the markers) of each batch."""
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        subtask, data = batch.column(SUBTASK), pc.invert(batch.column(MARKER))
-        for i in pc.unique(subtask).to_pylist():
-            yield i, batch.filter(pc.and_(pc.equal(subtask, i), data))
+def _by_store(rows: DataFrame, parallelism: int) -> DataFrame:
+    """``rows`` (with a subtask column) partitioned so that Spark partition i holds subtask i's rows alone:
+    one task per store, run for every store (rows or not), and an aggregation grouping by the subtask
+    column after it adds no shuffle."""
+    return rows.repartitionById(parallelism, SUBTASK)
 
 
 def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: object, checkpoint_id: int,
@@ -197,9 +150,8 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
         pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
     # one shuffle: routed to their store's partition, then aggregated per key there (the grouping
     # includes the partitioning column, so Spark adds no exchange)
-    batch = (_routed(spark, pre, state.parallelism).groupBy(ROUTE, SUBTASK, MARKER, *keys).agg(*merges)
-             .select(SUBTASK, MARKER, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
-    directory, layout, columns = state.directory, state.layout, state.columns
+    batch = (_by_store(pre, state.parallelism).groupBy(SUBTASK, *keys).agg(*merges)
+             .select(SUBTASK, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
     prev = state.version
     # the delta of checkpoint n is these rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
@@ -208,33 +160,13 @@ def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: obj
     if delta is not None:  # an earlier attempt's files (at another parallelism, say) are not this one's
         shutil.rmtree(delta, ignore_errors=True)
 
-    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        pieces = sorted(_by_subtask(batches), key=lambda x: x[0])
-        for i, group in itertools.groupby(pieces, key=lambda x: x[0]):
-            table = pa.Table.from_batches([b for _, b in group]).select(columns)
-            store = SubtaskStore(f"{directory}/subtask-{i}", layout).open()
-            try:
-                out = store.apply(table, checkpoint_id, prev)
-            finally:
-                store.close()
-            if delta is not None and out.num_rows:
-                write_delta(out, f"{delta}/{SUBTASK}={i}")
-            yield from out.append_column(SUBTASK, pa.array([i] * out.num_rows, pa.int32())).to_batches()
-
     observation = Observation(f"changes-{checkpoint_id}-{state.operator}")
+    apply = store_tasks.apply_task(state.directory, state.layout, SUBTASK, checkpoint_id, prev, delta)
     out = (batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-           .observe(observation, *group_metrics(columns, SUBTASK, state.parallelism))
+           .observe(observation, *group_metrics(state.columns, SUBTASK, state.parallelism))
            .localCheckpoint(eager=True))
     written = None if delta is None else {"uri": "file://" + delta, "metrics": observation.get}
     return replace(state, version=checkpoint_id, prev=prev, changes=out.drop(SUBTASK), written=written)
-
-
-def write_delta(rows: pa.Table, directory: str) -> None:
-    """One subtask's delta file, whole or not at all (a retried task writes the same rows again)."""
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{directory}/.part-00000.parquet.tmp"
-    pq.write_table(rows, tmp, compression="snappy")
-    os.replace(tmp, f"{directory}/part-00000.parquet")
 
 
 class StoreBackend:
@@ -293,25 +225,20 @@ class StoreBackend:
                     with SubtaskStore(st.subtask_dir(i), st.layout) as store:
                         if store.info().version != (point or 0):
                             store.rollback(point or 0)
-            else:
-                self._load(st, restored[op], point or 0)
+            elif point:
+                self._load(st, restored[op], point)
+            else:  # the empty state of a start from the sources: no Spark job
+                for i in range(st.parallelism):
+                    SubtaskStore(st.subtask_dir(i), st.layout).load((), 0)
             out[op] = replace(st, version=point or 0)
         return out
 
     def _load(self, state: StoreState, rows: DataFrame, version: int) -> None:
         keys, directory, layout = list(state.layout.keys), state.directory, state.layout
         data = with_subtask(rows.select(*state.columns), keys, state.parallelism, state.max_parallelism)
-        data = _routed(self.spark, data, state.parallelism)
-
-        def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for i, group in itertools.groupby(_by_subtask(batches), key=lambda x: x[0]):
-                n = SubtaskStore(f"{directory}/subtask-{i}", layout).load(
-                    (b.select(layout.columns) for _, b in group), version)
-                yield pa.record_batch([pa.array([i], pa.int32()), pa.array([n], pa.int64())],
-                                      names=[SUBTASK, "rows"])
-
-        # sorted: a subtask's rows come in one run (and SQLite's B-tree fills in key order)
-        loaded = (data.sortWithinPartitions(SUBTASK, *keys)
+        # sorted: SQLite's B-tree fills in key order
+        load = store_tasks.load_task(directory, layout, SUBTASK, version)
+        loaded = (_by_store(data, state.parallelism).sortWithinPartitions(*keys)
                   .mapInArrow(load, f"{SUBTASK} int, rows long").collect())
         if sorted(r[SUBTASK] for r in loaded) != list(range(state.parallelism)):
             raise StoreVersionError(f"loading the stores of {state.operator} in {directory}: subtasks "

@@ -1,0 +1,86 @@
+"""What runs inside the local stores' Spark tasks: apply an epoch, read, load.
+
+Kept apart from ``spark_jobs.store_backend`` (which plans these tasks) so that a
+Python worker unpickling a task imports only this module, ``local_store`` and
+pyarrow: not pyspark.sql's planning side, the catalog or SQLAlchemy, which took
+0.8 s of every new worker's start.
+
+Each task serves the store of the Spark partition it runs in: the rows are
+partitioned by subtask with ``repartitionById``, so partition i holds subtask i's
+rows alone, and a partition with no rows still runs its store's task (an epoch
+that touched none of its keys still moves its version).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import TaskContext
+
+from spark_jobs.local_store import Layout, SubtaskStore
+
+Task = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+def checked(batches: Iterator[pa.RecordBatch], subtask: str, i: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` as they come, each checked to hold subtask ``i``'s rows alone."""
+    for batch in batches:
+        if batch.num_rows:
+            found = batch.column(subtask).unique().to_pylist()
+            if found != [i]:
+                raise RuntimeError(f"the task of store {i} was given rows of subtasks {sorted(found)}")
+            yield batch
+
+
+def apply_task(directory: str, layout: Layout, subtask: str, checkpoint_id: int, prev: int,
+               delta: str | None) -> Task:
+    """Fold epoch ``checkpoint_id``'s per-key contributions into the store at ``prev``; yields the changed
+    rows (with ``subtask``), and writes them as the subtask's delta file under ``delta`` when given."""
+    columns = layout.columns
+
+    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        i = TaskContext.get().partitionId()
+        mine = [b.select(columns) for b in checked(batches, subtask, i)]
+        table = pa.Table.from_batches(mine) if mine else layout.schema.empty_table()
+        with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
+            out = store.apply(table, checkpoint_id, prev)
+        if delta is not None and out.num_rows:
+            write_delta(out, f"{delta}/{subtask}={i}")
+        yield from out.append_column(subtask, pa.array([i] * out.num_rows, pa.int32())).to_batches()
+
+    return apply
+
+
+def read_task(directory: str, layout: Layout, version: int, since: int | None) -> Task:
+    """The rows of store i (its subtask id comes in the task's one row) as of ``version``."""
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
+                    yield from store.rows_as_of(version, since)
+
+    return read
+
+
+def load_task(directory: str, layout: Layout, subtask: str, version: int) -> Task:
+    """Write the task's rows (one subtask's, sorted by key) as a new generation of its store at ``version``."""
+
+    def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        i = TaskContext.get().partitionId()
+        n = SubtaskStore(f"{directory}/subtask-{i}", layout).load(
+            (b.select(layout.columns) for b in checked(batches, subtask, i)), version)
+        yield pa.record_batch([pa.array([i], pa.int32()), pa.array([n], pa.int64())], names=[subtask, "rows"])
+
+    return load
+
+
+def write_delta(rows: pa.Table, directory: str) -> None:
+    """One subtask's delta file, whole or not at all (a retried task writes the same rows again)."""
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{directory}/.part-00000.parquet.tmp"
+    pq.write_table(rows, tmp, compression="snappy")
+    os.replace(tmp, f"{directory}/part-00000.parquet")
