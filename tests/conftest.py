@@ -27,10 +27,15 @@ from coordinator.catalog.db import parse_url, upgrade
 # The JVMs the tests start as child processes (spark-submit, Airflow's, a standalone cluster's) live
 # seconds: the client compiler alone and the serial collector spend far less CPU on a 2-core machine
 # than tiered compilation and G1's threads. The shared session's JVM (below) runs with the defaults.
+# Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by pytest_configure.
 CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("JAVA_TOOL_OPTIONS", CHILD_JVM_OPTIONS)
+ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE"  # the archive's JVM options, from the controller to the xdist workers
 
 PG_ADMIN_URL = os.environ.get("ABS_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _child_jvm_options() -> str:
+    return f"{CHILD_JVM_OPTIONS} {os.environ.get(ARCHIVE_ENV, '')}".strip()
 
 
 def _pg_url(db: str) -> str:
@@ -80,6 +85,11 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if ARCHIVE_ENV not in os.environ:  # the controller (workers inherit its environment)
+        from tests import jvm_archive
+
+        os.environ[ARCHIVE_ENV] = jvm_archive.options(jvm_archive.ensure(CHILD_JVM_OPTIONS))
+        os.environ.setdefault("JAVA_TOOL_OPTIONS", _child_jvm_options())
     # CI: reproducible examples, no example database left behind, and the blob to replay a failure
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
     settings.register_profile("dev", deadline=None)
@@ -130,8 +140,8 @@ def spark():
     from spark_jobs.session import build_session
 
     with mock.patch.dict(os.environ):
-        if os.environ.get("JAVA_TOOL_OPTIONS") == CHILD_JVM_OPTIONS:
-            del os.environ["JAVA_TOOL_OPTIONS"]
+        if os.environ.get("JAVA_TOOL_OPTIONS") == _child_jvm_options():
+            os.environ["JAVA_TOOL_OPTIONS"] = os.environ[ARCHIVE_ENV]
         session = build_session("absreplay-tests", 2, "local[2]")
     yield session
     session.stop()

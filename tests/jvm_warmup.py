@@ -1,0 +1,32 @@
+"""The Spark application whose loaded classes make the tests' JVM class archive (tests/jvm_archive.py):
+what the project's runs do, in small: a session, shuffles and aggregates, a join, Parquet written and
+read, an Arrow UDF (a Python worker), a local checkpoint and a collect."""
+
+import sys
+import tempfile
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+
+def double(batches):
+    for batch in batches:
+        yield pa.record_batch([pa.compute.multiply(batch.column(0), 2)], names=["k"])
+
+
+def main() -> None:
+    spark = SparkSession.builder.config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    words = spark.range(10_000).select((F.col("id") % 97).alias("k"), F.lit("w").alias("w"))
+    counts = words.groupBy("k").agg(F.count("*").alias("n"), F.sum("k").alias("s")).localCheckpoint(eager=True)
+    joined = counts.join(words.select("k").distinct(), "k").repartitionById(2, F.col("k").cast("int"))
+    with tempfile.TemporaryDirectory() as d:
+        joined.write.mode("overwrite").parquet(f"{d}/p")
+        back = spark.read.parquet(f"{d}/p").mapInArrow(double, "k long")
+        rows = back.orderBy("k").collect()
+    spark.stop()
+    sys.exit(0 if len(rows) == 97 else 1)
+
+
+if __name__ == "__main__":
+    main()
