@@ -9,7 +9,8 @@ a process, Airflow's spark-submits, the shared session).
 
 The archive is made once per machine and Spark/Java/Python installation, by a
 spark-submit of ``jvm_warmup.py`` (a session, a shuffle, Parquet, an Arrow UDF),
-under the temporary directory. A JVM whose classpath does not match (Spark's
+under the temporary directory (archives of other installations older than a day are
+removed then). A JVM whose classpath does not match (Spark's
 launcher, a standalone cluster's daemons) just runs without it: the archive's log
 lines are off, so nothing is printed about it. Only speed depends on it: a run
 without the archive computes the same.
@@ -22,10 +23,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 WARMUP = Path(__file__).with_name("jvm_warmup.py")
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+STALE_S = 24 * 3600
 
 
 def _spark_submit() -> Path:
@@ -33,11 +36,15 @@ def _spark_submit() -> Path:
 
 
 def archive_path() -> Path:
-    """One archive per installation: Spark's jars, the Java runtime and this Python."""
+    """One archive per installation: Spark's jars, the Java runtime and this Python. A JVM checks that
+    the jars are the very files the archive was made from (size and modification time): a reinstalled
+    virtualenv at the same path gets an archive of its own, not one every JVM would silently refuse."""
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    key = f"{pyspark.__version__}|{Path(pyspark.__file__).parent}|{java}|{sys.executable}"
+    jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar"))
+    stamps = "|".join(f"{j.name}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in jars)
+    key = f"{pyspark.__version__}|{Path(pyspark.__file__).parent}|{java}|{sys.executable}|{stamps}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "absreplay-test-jvm" / f"spark-{digest}.jsa"
 
@@ -62,6 +69,10 @@ def ensure(child_options: str) -> Path | None:
         partial.unlink(missing_ok=True)
         return None
     os.replace(partial, path)
+    # each is about 170 MB: older installations' archives go (a JVM using one keeps its mapping)
+    for old in path.parent.glob("spark-*.jsa"):
+        if old != path and time.time() - old.stat().st_mtime > STALE_S:
+            old.unlink(missing_ok=True)
     return path
 
 
