@@ -122,8 +122,8 @@ class StoreState:
         Spark task per store."""
         if since is not None and since == self.prev and self.changes is not None:
             return self.changes
-        ids = spark.range(0, self.parallelism, 1, self.parallelism).select(F.col("id").cast("int").alias(SUBTASK))
-        return ids.mapInArrow(store_tasks.read_task(self.directory, self.layout, self.version, since),
+        one_per_store = spark.range(0, self.parallelism, 1, self.parallelism)  # partition i: store i
+        return one_per_store.mapInArrow(store_tasks.read_task(self.directory, self.layout, self.version, since),
                               self.schema)
 
 

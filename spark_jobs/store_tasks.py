@@ -55,13 +55,13 @@ def apply_task(directory: str, layout: Layout, subtask: str, checkpoint_id: int,
 
 
 def read_task(directory: str, layout: Layout, version: int, since: int | None) -> Task:
-    """The rows of store i (its subtask id comes in the task's one row) as of ``version``."""
+    """The rows of the store of this task's partition as of ``version`` (changed after ``since``)."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
-                    yield from store.rows_as_of(version, since)
+        for _ in batches:  # the partition's one placeholder row
+            pass
+        with SubtaskStore(f"{directory}/subtask-{TaskContext.get().partitionId()}", layout) as store:
+            yield from store.rows_as_of(version, since)
 
     return read
 

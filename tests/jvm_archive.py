@@ -31,10 +31,6 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 STALE_S = 24 * 3600
 
 
-def _spark_submit() -> Path:
-    return Path(sys.executable).parent / "spark-submit"
-
-
 def archive_path() -> Path:
     """One archive per installation: Spark's jars, the Java runtime and this Python. A JVM checks that
     the jars are the very files the archive was made from (size and modification time): a reinstalled
@@ -57,10 +53,11 @@ def ensure(child_options: str) -> Path | None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
-    env = {**os.environ, "JAVA_TOOL_OPTIONS": child_options, "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable}
+    from absreplay import submit
+
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": child_options, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(
-        [str(_spark_submit()), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+        [submit.spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false", *submit.python_confs(),
          # the driver JVM alone dumps (not spark-submit's launcher JVM)
          "--driver-java-options", f"-XX:ArchiveClassesAtExit={partial} {QUIET}", str(WARMUP)],
         env=env, capture_output=True, text=True, timeout=300)

@@ -6,13 +6,14 @@ import sys
 import tempfile
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 
 def double(batches):
     for batch in batches:
-        yield pa.record_batch([pa.compute.multiply(batch.column(0), 2)], names=["k"])
+        yield pa.record_batch([pc.multiply(batch.column(0), 2)], names=["k"])
 
 
 def main() -> None:
