@@ -134,8 +134,10 @@ class Dataflow:
                dry: bool) -> tuple[DataFrame, DataFrame]:
         columns = None if spec.columns is None else [c for c, _ in spec.columns]
         if node.kind in ("aggregate", "process"):
-            fold = ko.aggregate if node.kind == "aggregate" else ko.process
-            new = fold(state, ins[0], node, columns, checkpoint_id)
+            if node.kind == "aggregate":
+                new = ko.aggregate(state, ins[0], node, columns, checkpoint_id)
+            else:
+                new = ko.process(state, ins[0], node, columns, checkpoint_id, dry)
             # materialized once: its snapshot and every operator downstream read this copy
             new = new if dry else new.localCheckpoint(eager=True)
             return new, new.where(F.col("updated") == F.lit(checkpoint_id))
@@ -146,9 +148,14 @@ class Dataflow:
             out.outputs[f"{node.name}_late"] = late
             return (new if dry else new.localCheckpoint(eager=True)), emitted
         if node.kind == "join":
-            new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id)
+            new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id, dry)
             return (new if dry else new.localCheckpoint(eager=True)), matched
-        new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, 1 if dry else max_rounds)
+        if dry:  # one round, planned only: no Spark job
+            merged = self.loop.loop.head(state, ins[0], back_edge, checkpoint_id)
+            new = merged.select(*columns)
+            out.back_edge = self.loop.loop.body(merged).select(*self.back_edge_schema.fieldNames())
+        else:
+            new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, max_rounds)
         return new, new.where(F.col("updated") == F.lit(checkpoint_id))
 
     def _loop(self, spark: SparkSession, state: DataFrame, records: DataFrame, back_edge: DataFrame | None,

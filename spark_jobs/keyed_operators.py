@@ -67,7 +67,9 @@ def aggregate(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], 
     return _fold(state, rows, node, list(node.key_names), [], columns, checkpoint_id)
 
 
-def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int) -> DataFrame:
+def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int,
+            dry: bool = False) -> DataFrame:
+    """``dry``: plan only (the schema of a dry run), no Spark job."""
     keys = list(node.key_names)
     touched = rows.select(*keys).distinct()
     current = state.join(touched, keys, "left_semi").drop("updated")
@@ -75,7 +77,8 @@ def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], ch
     fresh = node.fn(current, rows).select(
         *[F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], *values,
         F.lit(checkpoint_id).cast("long").alias("updated"),
-    ).localCheckpoint(eager=True)
+    )
+    fresh = fresh if dry else fresh.localCheckpoint(eager=True)
     kept = state.join(fresh.select(*keys), keys, "left_anti")
     return kept.unionByName(fresh.select(*columns))
 
@@ -125,7 +128,8 @@ def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFra
 
 
 def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
-         checkpoint_id: int) -> tuple[DataFrame, DataFrame]:
+         checkpoint_id: int, dry: bool = False) -> tuple[DataFrame, DataFrame]:
+    """(state n, the matched rows); ``dry``: plan only (the schema of a dry run), no Spark job."""
     keys = list(node.key_names)
     right = right.select(*[F.col(r).alias(k) for (r, _), k in zip(node.other_key, keys, strict=True)],
                          *[c for c in right.columns if c not in {r for r, _ in node.other_key}])
@@ -161,7 +165,8 @@ def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
     fresh_right = as_state(latest, "R", stamp)
     right_all = prev_right.join(latest.select(*keys), keys, "left_anti").unionByName(fresh_right)
     left_all = prev_left.unionByName(as_state(left, "L", stamp))
-    table = right_all.select(*keys, *right_values).localCheckpoint(eager=True)
+    table = right_all.select(*keys, *right_values)
+    table = table if dry else table.localCheckpoint(eager=True)
     matched = left_all.select(*keys, *left_values, "_partition", "_seq").join(table, keys, "inner")
     waiting = left_all.join(table.select(*keys), keys, "left_anti")
     return right_all.unionByName(waiting), matched
