@@ -214,6 +214,8 @@ class EpochRunner:
             if stores.operators:
                 log(f"  local stores of {', '.join(sorted(stores.operators))}: "
                     + ", ".join(f"{op} {'kept' if op in ready else 'loaded'}" for op in sorted(stores.operators)))
+            for path in stores.remove_stale():
+                log(f"  removed the stores no run opens again: {path}")
         back_edge = restored.back_edge
         if back_edge is not None:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")

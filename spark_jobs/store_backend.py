@@ -179,7 +179,7 @@ class StoreBackend:
         self.states: dict[str, StoreState] = {}
         # checkpoint ids are a job's (never reused), so a version names one state of one incarnation of
         # the job (its catalog row), one layout and one parallelism
-        root = store_root(state_uri, job.name) / incarnation
+        root = self.root = store_root(state_uri, job.name) / incarnation
         local = state_files.normalize_root(state_uri)
         snapshots = None if "://" in local else f"{local}/{job.name}"
         for spec in job.states:
@@ -232,6 +232,26 @@ class StoreBackend:
                     SubtaskStore(st.subtask_dir(i), st.layout).load((), 0)
             out[op] = replace(st, version=point or 0)
         return out
+
+    def remove_stale(self) -> list[str]:
+        """Delete the stores of this job incarnation that no run opens again: those of another layout
+        (another parallelism, key-group count or state shape) and of operators the job no longer keeps
+        in stores. Called under the run's lease, once its own stores are open; the paths removed.
+
+        A store is a cache of the snapshot files: a run that changes its parallelism back, or a rewind
+        to a checkpoint an old store still held, loads its stores from the files again. Other
+        incarnations' folders are left alone: with a remote state root the store root is shared by
+        every catalog on the host, and another catalog's job of the same name may be running."""
+        keep = {Path(st.directory) for st in self.states.values()}
+        removed = []
+        for operator in sorted(p for p in self.root.glob("*") if p.is_dir()):
+            for layout in sorted(p for p in operator.glob("*") if p.is_dir()):
+                if layout not in keep:
+                    shutil.rmtree(layout)
+                    removed.append(str(layout))
+            if not any(operator.iterdir()):
+                operator.rmdir()
+        return removed
 
     def _load(self, state: StoreState, rows: DataFrame, version: int) -> None:
         keys, directory, layout = list(state.layout.keys), state.directory, state.layout

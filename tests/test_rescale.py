@@ -48,6 +48,13 @@ def assert_taken_at(ws, checkpoint_ids: list[int], p: int, operators: tuple[str,
     assert {o["parallelism"] for o in json.loads(row.execution_graph)["operators"]} == {p}
 
 
+def store_layouts(ws) -> list[str]:
+    """The local stores' folders of the count operator: one per layout (parallelism, key groups, shape)."""
+    from spark_jobs.store_backend import store_root
+
+    return sorted(p.name.split("-")[0] for p in store_root(ws.settings.state_uri, WORDCOUNT).glob("*/count/*"))
+
+
 def state_bases(ws, checkpoint_id: int) -> dict[int, int | None]:
     """Subtask -> base checkpoint of its snapshot (None: full) of the keyed operator."""
     return {a.subtask: a.base_checkpoint_id for a in ws.store.acks(ws.job.name, checkpoint_id)
@@ -90,6 +97,8 @@ def test_wordcount_changes_parallelism_between_runs_with_exact_results(tmp_path,
     assert "checkpoint 3 was taken at parallelism 2, this run is at 3" in out
     cli_ok(ws, "finalize", WORDCOUNT)
     assert_taken_at(ws, ids, 3)
+    # the stores at parallelism 2 are no run's any more: the run at 3 removed them, and said so
+    assert store_layouts(ws) == ["p3"] and "removed the stores no run opens again" in out
     # few keys changed, yet the first snapshot at 3 is full: no delta on a base of other subtasks
     assert state_bases(ws, ids[0]) == dict.fromkeys(range(3))
     assert state_bases(ws, ids[1]) == dict.fromkeys(range(3), ids[0])
@@ -108,6 +117,7 @@ def test_wordcount_changes_parallelism_between_runs_with_exact_results(tmp_path,
     assert pending == 7
     out = cli_ok(ws, "recover", WORDCOUNT, "--checkpoint", "5", "--parallelism", "4", spark=spark)
     assert "checkpoint 5 was taken at parallelism 3, this run is at 4" in out
+    assert store_layouts(ws) == ["p4"]
     assert_taken_at(ws, [8, 9], 4)
     assert state_bases(ws, 8) == dict.fromkeys(range(4))
     with ws.store.engine.connect() as c:
