@@ -144,9 +144,13 @@ class EpochRunner:
         return source.input_dir(self.data_dir, self.job.name)
 
     @cached_property
+    def job_row(self):
+        """The job's catalog row: its key groups and its incarnation (creation time) are fixed for its life."""
+        return self.store.job(self.job.name)
+
+    @property
     def max_parallelism(self) -> int:
-        """The job's key groups (its row's, fixed for its life)."""
-        return self.store.job(self.job.name).max_parallelism
+        return self.job_row.max_parallelism
 
     # -- restore -------------------------------------------------------------------
     def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None,
@@ -200,7 +204,7 @@ class EpochRunner:
             f"parallelism {p}"
         )
         t0 = time.perf_counter()
-        created = self.store.job(self.job.name).created_at
+        created = self.job_row.created_at
         stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
                                  f"{created:%Y%m%dT%H%M%S%f}")
         ready = set()
