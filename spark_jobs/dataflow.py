@@ -139,38 +139,37 @@ class Dataflow:
             else:
                 new = ko.process(state, ins[0], node, columns, checkpoint_id, dry)
             # materialized once: its snapshot and every operator downstream read this copy
-            new = new if dry else new.localCheckpoint(eager=True)
+            new = ko.materialized(new, dry)
             return new, new.where(F.col("updated") == F.lit(checkpoint_id))
         if node.kind == "window":
             new, emitted, late, mark = ko.window(state, ins[0], node, columns, watermarks.get(node.name),
                                                  checkpoint_id, dry)
             out.watermarks[node.name] = mark
             out.outputs[f"{node.name}_late"] = late
-            return (new if dry else new.localCheckpoint(eager=True)), emitted
+            return ko.materialized(new, dry), emitted
         if node.kind == "join":
             new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id, dry)
-            return (new if dry else new.localCheckpoint(eager=True)), matched
-        if dry:  # one round, planned only: no Spark job
-            merged = self.loop.loop.head(state, ins[0], back_edge, checkpoint_id)
-            new = merged.select(*columns)
-            out.back_edge = self.loop.loop.body(merged).select(*self.back_edge_schema.fieldNames())
-        else:
-            new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, max_rounds)
+            return ko.materialized(new, dry), matched
+        new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, max_rounds, dry)
         return new, new.where(F.col("updated") == F.lit(checkpoint_id))
 
     def _loop(self, spark: SparkSession, state: DataFrame, records: DataFrame, back_edge: DataFrame | None,
-              checkpoint_id: int, max_rounds: int | None) -> tuple[DataFrame, DataFrame]:
+              checkpoint_id: int, max_rounds: int | None, dry: bool = False) -> tuple[DataFrame, DataFrame]:
+        """The loop's rounds until ``max_rounds`` or until nothing circulates; ``dry``: one round,
+        planned only (no Spark job)."""
         loop = self.loop.loop
         columns = [c for c, _ in self.job.state(self.loop.name).columns]
         inputs: DataFrame | None = records
         messages = back_edge
         rounds = 0
         while True:
-            merged = loop.head(state, inputs, messages, checkpoint_id).localCheckpoint(eager=True)
+            merged = ko.materialized(loop.head(state, inputs, messages, checkpoint_id), dry)
             state = merged.select(*columns)
+            messages = loop.body(merged).select(*self.back_edge_schema.fieldNames())
+            if dry:
+                return state, messages
             # counted in the pass that materializes them: no extra job per round
             sent = Observation()
-            messages = loop.body(merged).select(*self.back_edge_schema.fieldNames())
             messages = messages.observe(sent, F.count(F.lit(1)).alias("n")).localCheckpoint(eager=True)
             inputs, rounds = None, rounds + 1
             if (max_rounds is not None and rounds >= max_rounds) or not sent.get["n"]:

@@ -63,6 +63,11 @@ def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra:
     return merged.select(*columns)
 
 
+def materialized(df: DataFrame, dry: bool) -> DataFrame:
+    """``df`` as an immutable local copy (one Spark job), or as planned when ``dry`` (a dry run: schemas only)."""
+    return df if dry else df.localCheckpoint(eager=True)
+
+
 def aggregate(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int) -> DataFrame:
     return _fold(state, rows, node, list(node.key_names), [], columns, checkpoint_id)
 
@@ -78,7 +83,7 @@ def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], ch
         *[F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], *values,
         F.lit(checkpoint_id).cast("long").alias("updated"),
     )
-    fresh = fresh if dry else fresh.localCheckpoint(eager=True)
+    fresh = materialized(fresh, dry)
     kept = state.join(fresh.select(*keys), keys, "left_anti")
     return kept.unionByName(fresh.select(*columns))
 
@@ -166,7 +171,7 @@ def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
     right_all = prev_right.join(latest.select(*keys), keys, "left_anti").unionByName(fresh_right)
     left_all = prev_left.unionByName(as_state(left, "L", stamp))
     table = right_all.select(*keys, *right_values)
-    table = table if dry else table.localCheckpoint(eager=True)
+    table = materialized(table, dry)
     matched = left_all.select(*keys, *left_values, "_partition", "_seq").join(table, keys, "inner")
     waiting = left_all.join(table.select(*keys), keys, "left_anti")
     return right_all.unionByName(waiting), matched
