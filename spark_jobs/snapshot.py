@@ -296,9 +296,10 @@ class SnapshotWriter:
         p, op = self.job.parallelism, spec.operator
         full = self._next_is_full(spec, state)
         op_uri = self._op_uri(checkpoint_id, op)
-        if (not full and isinstance(state, StoreState) and state.written is not None and state.prev == self.base
-                and epoch.subtasks is None):
-            # the epoch's tasks wrote the delta (its rows and checksums observed then): seal it
+        if (isinstance(state, StoreState) and state.written is not None and state.prev == (self.base or 0)
+                and epoch.subtasks is None and (not full or self.base is None)):
+            # the epoch's tasks wrote the delta (its rows and checksums observed then): seal it; on the
+            # job's first snapshot the stores started empty, so that delta is the whole state
             metrics = dict(state.written["metrics"])
             metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(p))
         else:
