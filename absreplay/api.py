@@ -276,6 +276,10 @@ class Job:
     barrier_interval_minutes: int = 5
     policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
     id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
+    #: "exactly_once" (aligned ABS, the default) or "weak": each stateful operator snapshots and
+    #: restores on its own and sources never rewind, so a failure loses records (seed 003's weak
+    #: consistency; ``coordinator.checkpoints.weak``). Opt-in, and labelled wherever the job shows.
+    consistency: str = "exactly_once"
     nodes: list[Node] = field(default_factory=list)
 
     def source(self, name: str, format: RecordFormat | None = None) -> Stream:

@@ -15,6 +15,7 @@ from rich.console import Console
 from absreplay import job_listing, report, state_commands, views
 from absreplay.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog.db import safe_url, upgrade
+from coordinator.checkpoints import weak
 from coordinator.errors import UsageError, as_user_error
 from absreplay.job_discovery import discover, jobs_folder
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
@@ -105,6 +106,7 @@ def process(
     from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
+    weak.check_run(ctx.job, snapshot_mode, restore_from)
     args = [job, "--snapshot-mode", _check_mode(snapshot_mode), *_parallelism_args(ctx, parallelism)]
     if restore_from is not None:
         recovery.resolve(ctx.store, job, restore_from)  # unknown or not COMPLETED: exit 2 before a JVM starts
@@ -121,8 +123,7 @@ def process(
 
 def _has_pending(ctx) -> bool:
     """Nothing to process: say so without starting a JVM."""
-    latest = ctx.store.latest_completed(ctx.job.name)
-    base = latest.checkpoint_id if latest else 0
+    base = weak.resume_point(ctx.store, ctx.job)
     if ctx.store.pending_after(ctx.job.name, base):
         return True
     out.print(f"{ctx.job.name}: no pending epochs after checkpoint {base}")
@@ -211,6 +212,7 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
     from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
+    weak.refuse(ctx.job, kind)
     scale = _parallelism_args(ctx, parallelism)
     target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
     with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds the job
@@ -256,6 +258,7 @@ def verify(
     from absreplay.submit import VERIFY_APP, run_processing
 
     ctx = job_context(job)
+    weak.refuse(ctx.job, "verify")
     if checkpoint is not None:
         ctx.store.checkpoint(job, checkpoint)  # an unknown id: exit 2 before starting Spark
     args = [job] + (["--checkpoint", str(checkpoint)] if checkpoint is not None else [])

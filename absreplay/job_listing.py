@@ -19,6 +19,7 @@ from rich.text import Text
 
 from absreplay.job_discovery import Found
 from coordinator.catalog.db import safe_url
+from coordinator.checkpoints import weak
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.graph import Edge, JobGraph, Partitioning
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec
@@ -109,6 +110,7 @@ def job_json(job: JobDefinition, store: CheckpointStore | None, catalog_url: str
         "name": job.name,
         "origin": job.origin,
         "description": job.description,
+        "consistency": job.consistency,
         "parallelism": job.parallelism,
         "operators": graph["operators"],
         "edges": graph["edges"],
@@ -155,6 +157,8 @@ def jobs_table(found: Found, store: CheckpointStore | None, catalog_url: str) ->
         name = Text(job.name, style="bold")
         if job.description:
             name.append(f"\n{job.description}", style="dim")
+        if job.consistency == "weak":
+            name.append(f"\n{weak.LABEL}", style="bold red")
         graph = "\n".join("\n  ".join(steps) for steps in chain_steps(job.graph))
         sinks = "\n".join(f"{s.name}: {sink_target(s, catalog_url)}; columns {', '.join(s.column_names)}"
                           for s in job.sinks)

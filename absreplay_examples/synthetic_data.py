@@ -89,6 +89,15 @@ class SyntheticState:
             self.per_bucket[k3] = (total + received, n + 1, max(peak, received))
 
 
+def reference_records(input_dir: Path, start: dict[str, int], end: dict[str, int]) -> list[tuple[int, int]]:
+    """The records between two cuts, in the order ``reference`` folds them."""
+    records = []
+    for p in sorted(end):
+        lines = partition_records(input_dir / p, end[p])
+        records += [r for _, line in lines[start.get(p, 0):end[p]] if (r := _record(line)) is not None]
+    return records
+
+
 def reference(input_dir: Path, cuts: Sequence[dict[str, int]]) -> SyntheticState:
     """The job's state after the epochs ending at ``cuts`` (in order; the first starts at offset 0
     of every partition), from the segment files under ``input_dir`` alone."""

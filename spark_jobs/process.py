@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from coordinator.checkpoints import recovery, rescale
+from coordinator.checkpoints import recovery, rescale, weak
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
@@ -72,11 +72,17 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     requested = settings.parallelism if args.parallelism is None else args.parallelism
     job = rescale.run_definition(store, job, requested)
     if args.recovery:
+        weak.refuse(job, args.recovery)
+    weak.check_run(job, args.snapshot_mode, args.restore_from)
+    if args.recovery:
         request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback)
         recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
     else:
         # an unknown or unusable --restore-from is bad input (exit 2); nothing to do: no SparkSession
-        base = recovery.resolve(store, job.name, args.restore_from) or 0
+        if job.consistency == "weak":
+            base = weak.consumed_through(store, job)
+        else:
+            base = recovery.resolve(store, job.name, args.restore_from) or 0
         if not store.pending_after(job.name, base):
             print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
             return 0

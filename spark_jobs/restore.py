@@ -118,6 +118,31 @@ class StateRestorer:
         return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
                         parallelism=taken_at, watermarks=watermarks)
 
+    def restore_weak(self, point: int | None, heads: dict[str, int | None], skip: set[str] = frozenset()) -> Restored:
+        """A weak-consistency job (``coordinator.checkpoints.weak``): each operator's state at its own
+        head, checked file by file as any restore; ``point``: the last epoch the sources read, where
+        the run resumes. ``skip``: operators whose local stores hold their head already."""
+        job = self.job
+        states, links, lengths, watermarks, taken = {}, {}, {}, {}, set()
+        for spec in job.states:
+            op, head = spec.operator, heads.get(spec.operator)
+            if head is None:
+                states[op], links[op], lengths[op] = self.flow.empty_state(self.spark, op), [], 0
+                continue
+            taken_at = rescale.taken_at(self.store, job.name, head, op)
+            taken.add(taken_at)
+            links[op], lengths[op] = state_chain.chain(self.store, job.name, op, dict.fromkeys(range(taken_at), head))
+            states[op] = None if op in skip else keyed_state.restore(
+                self.spark, self.flow.state_schema(self.spark, op), spec.key, links[op], job.parallelism,
+                spec.identity)
+            if spec.kind == "window":
+                marks = [a.watermark for a in self.store.acks(job.name, head)
+                         if a.operator == op and a.watermark is not None]
+                watermarks[op] = max(marks) if marks else None
+        # one parallelism for all: the base of their next snapshots; else (None) those are full
+        return Restored(point, states, links, lengths, {}, parallelism=taken.pop() if len(taken) == 1 else None,
+                        watermarks=watermarks)
+
     def restore_back_edge_log(self, checkpoint_id: int | None) -> tuple[DataFrame | None, int]:
         """Back-edge log ``checkpoint_id`` of a job with a loop, checked against the catalog, and its
         record count; (None, 0) for an acyclic job. It is the loop head's first input on resume."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from sqlalchemy import select
 
-from coordinator.checkpoints import recovery
+from coordinator.checkpoints import recovery, weak
 from coordinator.sources import segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import DeadLetter, SourceSegment
@@ -91,13 +91,18 @@ class EpochRunner:
         self.flow = dataflow_of(job)
         self.data_dir = data_dir
         self.state_uri = state_uri
-        self.mode = mode
+        # a weak-consistency job's snapshots are its own kind (none stays the no-snapshot baseline)
+        self.weak = job.consistency == "weak"
+        self.mode = SnapshotMode.WEAK if self.weak and mode is not SnapshotMode.NONE else mode
         self.restore_from = restore_from
         self.max_epochs = max_epochs
 
     # -- planning ------------------------------------------------------------------
     def restore_point(self) -> int | None:
-        """The checkpoint to restore (recovery.resolve: the one asked for must be COMPLETED)."""
+        """The checkpoint to restore (recovery.resolve: the one asked for must be COMPLETED); a weak job
+        resumes after the last epoch its sources read (``coordinator.checkpoints.weak``)."""
+        if self.weak:
+            return weak.consumed_through(self.store, self.job) or None
         return recovery.resolve(self.store, self.job.name, self.restore_from)
 
     def plan(self, restored: int | None) -> list[EpochPlan]:
@@ -160,6 +165,11 @@ class EpochRunner:
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore(
             checkpoint_id, heads, skip)
 
+    def restore_weak(self, point: int | None, heads: dict[str, int | None], skip: set[str]) -> Restored:
+        """A weak job's operators, each at its own head (``spark_jobs.restore``)."""
+        return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore_weak(
+            point, heads, skip)
+
     def read_records(self, plan: EpochPlan) -> dict:
         """The epoch's records of every source, parsed (``spark_jobs.record_parsing``)."""
         records = {}
@@ -201,20 +211,25 @@ class EpochRunner:
         log(
             f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
             f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}, "
-            f"parallelism {p}"
+            f"parallelism {p}" + (f" ({weak.LABEL})" if self.weak else "")
         )
         t0 = time.perf_counter()
         created = self.job_row.created_at
         stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
                                  f"{created:%Y%m%dT%H%M%S%f}")
+        # where each operator's state is: the restore point, or (weak) each operator's own head
+        heads = weak.heads(self.store, self.job) if self.weak else point
         ready = set()
         if stores is not None and (restored is None or not restored.partial):
-            ready = stores.reachable(point)
+            ready = stores.reachable(heads)
         if restored is None:
-            restored = self.restore(point, skip=ready)
+            restored = self.restore_weak(point, heads, ready) if self.weak else self.restore(point, skip=ready)
+        if self.weak:
+            log("  each operator from its own latest snapshot: "
+                + ", ".join(f"{op} {'checkpoint ' + str(h) if h else 'empty'}" for op, h in heads.items()))
         states = dict(restored.states)
         if stores is not None:
-            states.update(stores.open(point, ready, states))
+            states.update(stores.open(heads, ready, states))
             if stores.operators:
                 log(f"  local stores of {', '.join(sorted(stores.operators))}: "
                     + ", ".join(f"{op} {'kept' if op in ready else 'loaded'}" for op in sorted(stores.operators)))
@@ -241,6 +256,7 @@ class EpochRunner:
             # what the restored chains say about how many keys an epoch changes
             last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
             last_changed_rows=dict.fromkeys(restored.links, self.store.sink_rows(self.job.name, point) if point else 0),
+            bases=dict(heads) if self.weak else {},
         )
         try:
             with Steps(len(plans), f"{self.job.name}: epochs") as steps:
@@ -263,6 +279,8 @@ class EpochRunner:
         watermarks = dict(restored.watermarks)
         for i, plan in enumerate(plans, 1):
             t0 = time.perf_counter()
+            if self.mode is SnapshotMode.WEAK:
+                writer.consume(plan.checkpoint_id)  # read: no run reads this epoch again
             records = self.read_records(plan)
             fault_point("epoch.compute", plan.checkpoint_id)
             behind = restored.behind(plan.checkpoint_id, p)

@@ -19,7 +19,10 @@ Modes (per run): ``async`` runs the write on a writer thread while epoch n+1
 proceeds (ABS); ``sync`` runs it before epoch n+1 starts (the stop-the-world
 snapshot the paper compares against); ``none`` writes no state: the sink's
 output is upserted straight into its table (at-least-once) and the checkpoint
-is declined with SNAPSHOT_DISABLED, the overhead baseline.
+is declined with SNAPSHOT_DISABLED, the overhead baseline. ``weak`` (a job declared
+``consistency="weak"``, ``coordinator.checkpoints.weak``): the output goes straight into the
+sinks, the sources ack each epoch as it is read, and on the writer thread each stateful operator
+writes its snapshot (incremental on its own last one) and acks alone.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class SnapshotMode(StrEnum):
     ASYNC = "async"
     SYNC = "sync"
     NONE = "none"
+    #: a weak-consistency job's runs (``coordinator.checkpoints.weak``): no alignment, no rewind
+    WEAK = "weak"
 
 
 @dataclass
@@ -106,6 +111,8 @@ class SnapshotWriter:
     #: full/incremental choice)
     last_full_rows: dict[str, int] = field(default_factory=dict)
     last_changed_rows: dict[str, int] = field(default_factory=dict)
+    #: weak mode: operator -> its own last acked snapshot (the base of its next one)
+    bases: dict[str, int | None] = field(default_factory=dict)
     timings: list[SnapshotTiming] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -138,6 +145,12 @@ class SnapshotWriter:
         epoch = Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge)
         if self.mode is SnapshotMode.NONE:
             self._write_sink_directly(checkpoint_id, epoch, timing)
+        elif self.mode is SnapshotMode.WEAK:
+            self._write_sink_directly(checkpoint_id, epoch, timing, decline=False)
+            while len(self._in_flight) >= self.max_in_flight:
+                self._in_flight.pop(0).result()
+            timing.sync_ms = int((time.perf_counter() - t0) * 1000)
+            self._in_flight.append(self._pool.submit(self._write_weak, checkpoint_id, epoch, timing))
         elif self.mode is SnapshotMode.SYNC:
             self._write_and_ack(checkpoint_id, epoch, timing, True)
         else:
@@ -156,24 +169,84 @@ class SnapshotWriter:
         return self.timings
 
     # -- phases --------------------------------------------------------------------
-    def _changed_since_base(self, state: DataFrame | StoreState) -> DataFrame:
+    def _changed_since_base(self, state: DataFrame | StoreState, base: int | None) -> DataFrame:
         if isinstance(state, StoreState):
-            return state.rows(self.spark, self.base)
-        return state if self.base is None else state.where(F.col("updated") > F.lit(self.base))
+            return state.rows(self.spark, base)
+        return state if base is None else state.where(F.col("updated") > F.lit(base))
 
-    def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
+    def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming,
+                             decline: bool = True) -> None:
+        """The epoch's output upserted straight into each sink (``self.base``: the previous epoch's).
+        ``decline``: the checkpoint is declined (mode none); else (weak) the sinks' tasks ack it."""
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
             for sink in self.job.sinks:
                 cols = list(sink.column_names)
                 if sink.from_state:
-                    rows = self._changed_since_base(epoch.states[sink.input]).select(*cols).toArrow()
+                    rows = self._changed_since_base(epoch.states[sink.input], self.base).select(*cols).toArrow()
                 else:
                     rows = epoch.outputs[sink.name].select(*cols).toArrow()
                 sinks.write(s, sink, self.job.name, checkpoint_id, rows)
                 timing.sink_rows += rows.num_rows
-        self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED, "run with --snapshot-mode none")
+        if decline:
+            self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED,
+                            "run with --snapshot-mode none")
+        else:
+            self.store.ack_many(self.job.name, checkpoint_id, [
+                StateHandle(operator=sink.name, subtask=i) for sink in self.job.sinks
+                for i in range(self.job.parallelism)])
         self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
+
+    def consume(self, checkpoint_id: int) -> None:
+        """Weak mode: the source subtasks ack epoch ``checkpoint_id`` as they read it (their offsets move
+        on; no run reads it again, whatever becomes of its state)."""
+        sources = {op.name for op in self.job.graph.operators if op.kind is OperatorKind.SOURCE}
+        self.store.ack_many(self.job.name, checkpoint_id,
+                            [h for h in self._stateless_handles() if h.operator in sources])
+
+    def _write_weak(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
+        """Weak mode: each stateful operator writes its snapshot on its own (incremental on its own last
+        one) and acks alone, in its own transaction; one that fails keeps its previous snapshot and the
+        others' stand. The stateless operators ack that they hold nothing."""
+        if self._halted:
+            return
+        t0 = time.perf_counter()
+        errors, fulls = [], []
+        try:
+            for spec in self.job.states:
+                op = spec.operator
+                try:
+                    handles, full, _ = self._write_state(checkpoint_id, spec, epoch.states[op], epoch, timing,
+                                                         self.bases.get(op))
+                    fault_point("snapshot.before_ack", checkpoint_id)
+                    results = self.store.ack_many(self.job.name, checkpoint_id, handles)
+                except FencedError:
+                    raise
+                except Exception as exc:  # this operator's snapshot fails; the others go on
+                    errors.append(f"{op}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                    continue
+                fulls.append(full)
+                if all(r in (AckResult.SUCCESS, AckResult.DUPLICATE) for r in results):
+                    self.bases[op] = checkpoint_id
+                    self.chain_lengths[op] = 1 if full else self.chain_lengths.get(op, 0) + 1
+                else:
+                    errors.append(f"{op}: acks {sorted({str(r) for r in results})}")
+                fault_point("snapshot.after_ack", checkpoint_id, self.job.states.index(spec) + 1)
+            stateful = {st.operator for st in self.job.states}
+            self.store.ack_many(self.job.name, checkpoint_id, [
+                h for h in self._stateless_handles()
+                if h.operator not in stateful and self.job.graph.operator(h.operator).kind is not OperatorKind.SOURCE])
+        except FencedError as exc:
+            self._halted, self._fenced = True, exc
+            raise
+        except BaseException:
+            self._halted = True
+            raise
+        timing.async_ms = int((time.perf_counter() - t0) * 1000)
+        timing.full = bool(fulls) and all(fulls)
+        if errors:
+            timing.error = "; ".join(errors)
+        self.base_parallelism = self.job.parallelism
 
     def _write_and_ack(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, stop_the_world: bool) -> None:
         if self._halted:
@@ -262,7 +335,7 @@ class SnapshotWriter:
         changed: dict[str, int] = {}
         for spec in self.job.states:
             written, fulls[spec.operator], changed[spec.operator] = self._write_state(
-                checkpoint_id, spec, epoch.states[spec.operator], epoch, timing)
+                checkpoint_id, spec, epoch.states[spec.operator], epoch, timing, self.base)
             handles += written
         staged = [self._stage_output(checkpoint_id, sink, carried[sink.name]) for sink in self.job.sinks
                   if not sink.from_state]
@@ -291,13 +364,14 @@ class SnapshotWriter:
         return state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, operator)
 
     def _write_state(self, checkpoint_id: int, spec: StateSpec, state: DataFrame | StoreState, epoch: Epoch,
-                     timing: SnapshotTiming) -> tuple[list[StateHandle], bool, int]:
-        """One operator's snapshot: its files, sealed, and its subtasks' handles."""
+                     timing: SnapshotTiming, base: int | None) -> tuple[list[StateHandle], bool, int]:
+        """One operator's snapshot, incremental on ``base`` unless full: its files, sealed, and its
+        subtasks' handles."""
         p, op = self.job.parallelism, spec.operator
-        full = self._next_is_full(spec, state)
+        full = self._next_is_full(spec, state, base)
         op_uri = self._op_uri(checkpoint_id, op)
-        if (isinstance(state, StoreState) and state.written is not None and state.prev == (self.base or 0)
-                and epoch.subtasks is None and (not full or self.base is None)):
+        if (isinstance(state, StoreState) and state.written is not None and state.prev == (base or 0)
+                and epoch.subtasks is None and (not full or base is None)):
             # the epoch's tasks wrote the delta (its rows and checksums observed then): seal it; on the
             # job's first snapshot the stores started empty, so that delta is the whole state
             metrics = dict(state.written["metrics"])
@@ -306,11 +380,11 @@ class SnapshotWriter:
             if full:
                 rows = state.rows(self.spark) if isinstance(state, StoreState) else state
             else:
-                rows = self._changed_since_base(state)
+                rows = self._changed_since_base(state, base)
             snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
             if epoch.subtasks is not None:
                 snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
-            changed_expr = F.lit(True) if self.base is None else F.col("updated") > F.lit(self.base)
+            changed_expr = F.lit(True) if base is None else F.col("updated") > F.lit(base)
             observation = Observation(f"snapshot-{checkpoint_id}-{op}")
             observed = snap.observe(
                 observation,
@@ -328,7 +402,7 @@ class SnapshotWriter:
             st = stats[i]
             uri = f"{op_uri}/subtask={i}" if st.rows else None
             handles.append(StateHandle(
-                operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else self.base,
+                operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else base,
                 state_bytes=keyed_state.bytes_under(self.spark, uri) if uri else 0, state_rows=st.rows,
                 checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
             ))
@@ -336,7 +410,7 @@ class SnapshotWriter:
             self.last_full_rows[op] = sum(x.rows for x in stats.values())
         self.last_changed_rows[op] = changed
         timing.state_rows += sum(x.rows for x in stats.values())
-        if any(sink.from_state and sink.input == op for sink in self.job.sinks):
+        if self.mode is not SnapshotMode.WEAK and any(sink.from_state and sink.input == op for sink in self.job.sinks):
             timing.sink_rows += changed
         return handles, full, changed
 
@@ -358,14 +432,14 @@ class SnapshotWriter:
     def _job_root(self) -> str:
         return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
-    def _next_is_full(self, spec: StateSpec, state: DataFrame | StoreState) -> bool:
+    def _next_is_full(self, spec: StateSpec, state: DataFrame | StoreState, base: int | None) -> bool:
         """Full for an operator that deletes rows, on the first snapshot, every ``full_every``, after a
         change of parallelism, and, for a DataFrame state, when most keys change anyway (an incremental
         chain of near-full deltas would only make restores slower). A state on local stores stays
         incremental then: its delta is the epoch's changes, already materialized, while a full
         snapshot reads every store, and its runs restore from the stores, not the files."""
         op = spec.operator
-        if (not spec.incremental or self.base is None or self.chain_lengths.get(op, 0) >= self.full_every
+        if (not spec.incremental or base is None or self.chain_lengths.get(op, 0) >= self.full_every
                 or self.base_parallelism != self.job.parallelism):
             return True
         if isinstance(state, StoreState):

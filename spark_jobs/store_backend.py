@@ -202,10 +202,11 @@ class StoreBackend:
     def operators(self) -> set[str]:
         return set(self.states)
 
-    def reachable(self, point: int | None) -> set[str]:
-        """The operators whose every store holds checkpoint ``point`` or can roll back to it."""
+    def reachable(self, point: int | None | dict[str, int | None]) -> set[str]:
+        """The operators whose every store holds checkpoint ``point`` or can roll back to it (``point``
+        per operator: a weak-consistency job's heads)."""
         return {op for op, st in self.states.items() if all(
-            self._reach(st, i, point or 0) for i in range(st.parallelism))}
+            self._reach(st, i, _at(point, op) or 0) for i in range(st.parallelism))}
 
     def _reach(self, state: StoreState, i: int, point: int) -> bool:
         store = SubtaskStore(state.subtask_dir(i), state.layout)
@@ -216,10 +217,13 @@ class StoreBackend:
         except (StoreVersionError, sqlite3.Error):
             return False
 
-    def open(self, point: int | None, ready: set[str], restored: dict[str, DataFrame | None]) -> dict[str, StoreState]:
-        """Every store at ``point``: rolled back when in ``ready``, else loaded from ``restored``."""
+    def open(self, points: int | None | dict[str, int | None], ready: set[str],
+             restored: dict[str, DataFrame | None]) -> dict[str, StoreState]:
+        """Every store at ``points`` (one checkpoint, or one per operator): rolled back when in ``ready``,
+        else loaded from ``restored``."""
         out = {}
         for op, st in self.states.items():
+            point = _at(points, op)
             if op in ready:
                 for i in range(st.parallelism):
                     with SubtaskStore(st.subtask_dir(i), st.layout) as store:
@@ -263,3 +267,7 @@ class StoreBackend:
         if sorted(r[SUBTASK] for r in loaded) != list(range(state.parallelism)):
             raise StoreVersionError(f"loading the stores of {state.operator} in {directory}: subtasks "
                                     f"{sorted(r[SUBTASK] for r in loaded)} loaded, expected 0..{state.parallelism - 1}")
+
+
+def _at(point: int | None | dict[str, int | None], operator: str) -> int | None:
+    return point.get(operator) if isinstance(point, dict) else point

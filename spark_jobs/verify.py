@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator.checkpoints import rescale
+from coordinator.checkpoints import rescale, weak
 from coordinator.sources import segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
@@ -203,6 +203,7 @@ def run(argv: list[str], spark: SparkSession | None = None) -> int:
     try:
         settings = Settings.from_env()
         job = get_job(args.job)
+        weak.refuse(job, "verify")
         engine = make_engine(settings.database_url)
         ensure_migrated(engine)
         store = CheckpointStore(engine)

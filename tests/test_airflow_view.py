@@ -23,13 +23,14 @@ from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleA
 from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser  # noqa: E402
 from airflow.api_fastapi.core_api.security import get_user  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
+from sqlalchemy import update  # noqa: E402
 
 from absreplay import orchestration  # noqa: E402
 from absreplay.airflow_plugin import AbsReplayPlugin  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import app  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
-from coordinator.catalog.models import DeadLetter, SinkTransaction  # noqa: E402
+from coordinator.catalog.models import Checkpoint, DeadLetter, SinkTransaction  # noqa: E402
 from coordinator.checkpoints import recovery  # noqa: E402
 from coordinator.checkpoints.lifecycle import FailureReason, SinkTxnStatus  # noqa: E402
 from coordinator.checkpoints.state_handle import StateHandle  # noqa: E402
@@ -173,6 +174,23 @@ def test_only_who_may_trigger_the_recover_dag_gets_the_buttons(as_role) -> None:
     for path in (f"/jobs/{JOB}", f"/jobs/{JOB}/checkpoints/5"):
         html = viewer.get(path).text
         assert "checkpoint" in html and "Recover to this checkpoint" not in html and "Rewind" not in html
+
+
+def test_a_weak_job_is_labelled_and_offers_no_recovery(as_role, catalog: Workspace) -> None:
+    """A weak-consistency job's checkpoints (snapshot mode "weak") are no consistent point to go back to:
+    its pages say what it is, and even an admin gets no recover or rewind button."""
+    from coordinator.checkpoints import weak
+
+    with catalog.store.sessions.begin() as s:
+        s.execute(update(Checkpoint).where(Checkpoint.job == JOB).values(snapshot_mode="weak"))
+    admin = as_role("admin")
+    page = admin.get(f"/api/jobs/{JOB}/checkpoints").json()
+    assert page["weak"] is True and all(r["actions"] == [] for r in page["rows"])
+    assert admin.get(f"/api/jobs/{JOB}/checkpoints/5").json()["actions"] == []
+    for path in (f"/jobs/{JOB}", f"/jobs/{JOB}/checkpoints/5"):
+        html = admin.get(path).text
+        assert f'<p id="weak" class="weak">{weak.LABEL}</p>' in html
+        assert "Recover to this checkpoint" not in html and "Rewind" not in html
 
 
 def test_a_user_without_a_role_is_refused(as_role) -> None:

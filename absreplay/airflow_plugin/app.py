@@ -27,6 +27,7 @@ from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.charts import job_charts
 from absreplay.views import format_bytes
 from coordinator.catalog import audit
+from coordinator.checkpoints import weak as weak_consistency
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import CheckpointNotFoundError
 
@@ -44,9 +45,10 @@ templates.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
 Catalog = Annotated[Engine, Depends(catalog_engine)]
 
 
-def actions(access: JobAccess, status: str, checkpoint_id: int) -> list[dict[str, Any]]:
-    """The recover DAG runs a user may start from this checkpoint (a COMPLETED one, with trigger rights)."""
-    if not access.can_trigger or status != CheckpointStatus.COMPLETED:
+def actions(access: JobAccess, status: str, checkpoint_id: int, weak: bool = False) -> list[dict[str, Any]]:
+    """The recover DAG runs a user may start from this checkpoint (a COMPLETED one, with trigger rights;
+    none for a weak-consistency job, which has no consistent checkpoint to go back to)."""
+    if weak or not access.can_trigger or status != CheckpointStatus.COMPLETED:
         return []
     return [
         {"label": "Recover to this checkpoint", "dag_id": access.dag_id,
@@ -64,8 +66,9 @@ def _known_job(engine: Engine, job: str) -> None:
 def _page(engine: Engine, access: JobAccess, status: CheckpointStatus | None, offset: int,
           limit: int) -> dict[str, Any]:
     page = audit.checkpoint_page(engine, access.job, status, offset, limit)
-    return {**asdict(page), "can_trigger": access.can_trigger, "rows": [
-        {**asdict(r), "actions": actions(access, r.status, r.checkpoint_id)} for r in page.rows]}
+    weak = audit.is_weak(engine, access.job)
+    return {**asdict(page), "can_trigger": access.can_trigger, "weak": weak, "rows": [
+        {**asdict(r), "actions": actions(access, r.status, r.checkpoint_id, weak)} for r in page.rows]}
 
 
 def _html(request: Request, name: str, **context: Any) -> HTMLResponse:
@@ -108,8 +111,9 @@ def _detail(engine: Engine, job: str, checkpoint_id: int) -> audit.CheckpointDet
 def api_checkpoint(job: str, checkpoint_id: int, user: User, manager: AuthManager, engine: Catalog) -> Any:
     access = readable(manager, user, job)
     detail = _detail(engine, job, checkpoint_id)
-    return jsonable_encoder({**asdict(detail), "can_trigger": access.can_trigger,
-                             "actions": actions(access, detail.summary.status, checkpoint_id)})
+    weak = audit.is_weak(engine, job)
+    return jsonable_encoder({**asdict(detail), "can_trigger": access.can_trigger, "weak": weak,
+                             "actions": actions(access, detail.summary.status, checkpoint_id, weak)})
 
 
 # -- pages ---------------------------------------------------------------------------------------
@@ -127,6 +131,7 @@ def job_page(request: Request, job: str, user: User, manager: AuthManager, engin
     checkpoints = _page(engine, access, status, (page - 1) * PAGE_SIZE, PAGE_SIZE)
     pages = max(1, -(-checkpoints["total"] // PAGE_SIZE))
     return _html(request, "job.html", job=job, access=access, page=checkpoints, page_no=page, pages=pages,
+                 weak_label=weak_consistency.LABEL if checkpoints["weak"] else "",
                  status=status.value if status else "", statuses=[s.value for s in CheckpointStatus],
                  charts=job_charts(audit.timeline(engine, job)))
 
@@ -136,5 +141,7 @@ def checkpoint_page(request: Request, job: str, checkpoint_id: int, user: User, 
                     engine: Catalog) -> HTMLResponse:
     access = readable(manager, user, job)
     detail = _detail(engine, job, checkpoint_id)
+    is_weak = audit.is_weak(engine, job)
     return _html(request, "checkpoint.html", job=job, access=access, d=detail,
-                 actions=actions(access, detail.summary.status, checkpoint_id))
+                 weak_label=weak_consistency.LABEL if is_weak else "",
+                 actions=actions(access, detail.summary.status, checkpoint_id, is_weak))

@@ -331,3 +331,11 @@ def job_names(engine: Engine) -> list[str]:
     """Every job with a row in the catalog."""
     with engine.connect() as c:
         return list(c.scalars(select(Job.name).order_by(Job.name)))
+
+
+def is_weak(engine: Engine, job: str) -> bool:
+    """Whether the job runs with weak consistency (``coordinator.checkpoints.weak``): its checkpoints
+    record the snapshot mode "weak". Such a job has no consistent checkpoint to recover to."""
+    with engine.connect() as c:
+        return c.scalar(select(Checkpoint.checkpoint_id).where(
+            Checkpoint.job == job, Checkpoint.snapshot_mode == "weak").limit(1)) is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator.checkpoints import state_files
+from coordinator.checkpoints import state_files, weak
 from coordinator.sources import id_store, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import DeadLetter, SourceSegment
@@ -127,7 +127,9 @@ class CheckpointCoordinator:
         """Checkpoint directories that a live catalog row still needs.
 
         PENDING checkpoints (being written right now) and the incremental chain
-        of every COMPLETED checkpoint are kept.
+        of every COMPLETED checkpoint are kept; for a weak-consistency job, also
+        each operator's own head (``coordinator.checkpoints.weak``), whatever
+        became of its checkpoint, with its chain.
         """
         checkpoints = self.store.checkpoints(self.job.name)
         keep = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.PENDING}
@@ -136,12 +138,13 @@ class CheckpointCoordinator:
             # an incremental snapshot with no changed row has no file but is still a link of the chain
             (a.checkpoint_id, a.operator, a.subtask): a.base_checkpoint_id for a in acks
         }
-        for c in checkpoints:
-            if c.status != CheckpointStatus.COMPLETED:
-                continue
-            keep.add(c.checkpoint_id)
+        roots = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.COMPLETED}
+        if self.job.consistency == "weak":
+            roots |= {h for h in weak.heads(self.store, self.job).values() if h is not None}
+        for root in sorted(roots):
+            keep.add(root)
             for (cid, op, sub), base in base_of.items():
-                if cid != c.checkpoint_id:
+                if cid != root:
                     continue
                 while base is not None:
                     keep.add(base)

@@ -80,6 +80,8 @@ class JobDefinition:
     id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
     # jobs with an iterate loop: rounds per epoch; what still circulates then is the back-edge log
     loop_rounds: int = 4
+    #: "exactly_once" (aligned ABS) or "weak" (``coordinator.checkpoints.weak``: opt-in, loses records on failure)
+    consistency: str = "exactly_once"
     #: the declaration (``absreplay.api.Job``) the Spark runtime runs; where it was found
     spec: Any = field(default=None, compare=False, repr=False)
     origin: str = ""
@@ -87,6 +89,12 @@ class JobDefinition:
     def __post_init__(self) -> None:
         if self.loop_rounds < 1:
             raise ValueError(f"job {self.name!r}: loop_rounds must be >= 1, got {self.loop_rounds}")
+        if self.consistency not in ("exactly_once", "weak"):
+            raise ValueError(f"job {self.name!r}: consistency must be 'exactly_once' or 'weak', "
+                             f"not {self.consistency!r}")
+        if self.consistency == "weak" and self.loop_tail is not None:
+            raise ValueError(f"job {self.name!r}: consistency='weak' is for acyclic jobs; a loop's back-edge "
+                             f"log needs aligned checkpoints")
 
     @property
     def state_operator(self) -> str:
