@@ -1,5 +1,7 @@
 """Synthetic-job benchmark (paper section 7, the shape of its Fig. 6): catch-up throughput with
-snapshots none / sync / async, against the snapshot interval (records per epoch), in one run.
+snapshots none / sync / async, and the job declared with weak consistency (``weak``: loses records on
+failure, not exactly-once; its operators snapshot on their own), against the snapshot interval
+(records per epoch), in one run.
 
     python bench/synthetic_bench.py [--sizes 10000,30000,100000] [--epochs 3] [--keys 100000]
                                     [--repeat 5] [--large 1000000] [--large-epochs 2] [--large-repeat 3]
@@ -28,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -47,7 +50,10 @@ from coordinator.settings import Settings  # noqa: E402
 from coordinator.sources import source  # noqa: E402
 
 console = Console(width=140)
-MODES = ("none", "sync", "async")
+#: weak: the job declared consistency="weak" (loses records on failure; not exactly-once), async writes
+MODES = ("none", "sync", "async", "weak")
+LABELS = {"none": "snapshots none", "sync": "snapshots sync", "async": "snapshots async (ABS)",
+          "weak": "weak consistency (loses records on failure)"}
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -68,12 +74,14 @@ class Run:
     """One catch-up: a fresh catalog and state root, the pool's first ``epochs`` batches landed, one
     barrier injected after each; the job runs at ``parallelism`` subtasks."""
 
-    def __init__(self, root: Path, pool: Path, epochs: int, parallelism: int = 2) -> None:
+    def __init__(self, root: Path, pool: Path, epochs: int, parallelism: int = 2, weak: bool = False) -> None:
         self.settings = Settings.from_env({"ABS_HOME": str(root)})
         upgrade(self.settings.database_url)
         self.engine = make_engine(self.settings.database_url)
         self.store = CheckpointStore(self.engine)
         self.job = synthetic(parallelism=parallelism)
+        if weak:
+            self.job = replace(self.job, consistency="weak")
         self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
         self.input = source.input_dir(self.settings.data_dir, self.job.name)
         for batch in range(epochs):
@@ -87,7 +95,7 @@ class Run:
         from spark_jobs.snapshot import SnapshotMode
 
         runner = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
-                             mode=SnapshotMode(mode))
+                             mode=SnapshotMode("async" if mode == "weak" else mode))
         t0 = time.perf_counter()
         report = runner.run()
         t1 = time.perf_counter()
@@ -123,7 +131,7 @@ def measure_size(spark, base: Path, size: int, epochs: int, keys: int, repeat: i
     samples: dict[str, list[dict]] = {m: [] for m in MODES}
     for rep, mode in turns(MODES, repeat):
         root = base / f"run-{size}-{mode}-{rep}"
-        run = Run(root, pool, epochs)
+        run = Run(root, pool, epochs, weak=mode == "weak")
         r = run.catch_up(spark, mode)
         shutil.rmtree(root, ignore_errors=True)
         console.print(f"  {mode:>5} (repetition {rep + 1}): {r['total_s']:.2f}s "
@@ -150,11 +158,11 @@ def plot(points: list[dict], path: Path, title: str) -> None:
 
     fig, (ax, rel) = plt.subplots(1, 2, figsize=(11, 4.2))
     xs = [p["records_per_epoch"] for p in points]
-    for mode, marker in zip(MODES, ("o", "s", "^"), strict=True):
+    for mode, marker in zip(MODES, ("o", "s", "^", "x"), strict=True):
         ys = [p["modes"][mode]["records_per_s"] for p in points]
-        ax.plot(xs, ys, marker=marker, label=f"snapshots {mode}")
+        ax.plot(xs, ys, marker=marker, label=LABELS[mode])
         rel.plot(xs, [y / p["modes"]["none"]["records_per_s"] for y, p in zip(ys, points, strict=True)],
-                 marker=marker, label=f"snapshots {mode}")
+                 marker=marker, label=LABELS[mode])
     ax.set_yscale("log")
     ax.set_ylabel("throughput (records/s, median run)")
     rel.set_ylabel("throughput / throughput without snapshots")
@@ -208,21 +216,22 @@ def main() -> None:
         none_s = p["modes"]["none"]["median_total_s"]
         p["async_over_none"] = p["modes"]["async"]["median_total_s"] / none_s
         p["sync_over_none"] = p["modes"]["sync"]["median_total_s"] / none_s
+        p["weak_over_none"] = p["modes"]["weak"]["median_total_s"] / none_s
 
     m = results["machine"]
     title = (f"synthetic job, parallelism 2, {args.keys:,} keys, {m['master']} "
              f"({m['cores']} cores, Spark {m['spark']})")
     table = Table(title=title)
     for col in ("records/epoch", "epochs", "runs", *(f"{mode} records/s" for mode in MODES),
-                "async/none", "sync/none", "snapshot ms/epoch sync | async", "state MB"):
+                "async/none", "sync/none", "weak/none", "snapshot ms/epoch sync | async | weak", "state MB"):
         table.add_column(col, justify="right")
     for p in points:
         a = p["modes"]["async"]
         table.add_row(
             f"{p['records_per_epoch']:,}", str(p["epochs"]), str(len(a["all_total_s"])),
             *(f"{p['modes'][mode]['records_per_s']:,.0f}" for mode in MODES),
-            f"{p['async_over_none']:.2f}", f"{p['sync_over_none']:.2f}",
-            " | ".join(f"{snapshot_ms(p['modes'][mode]):.0f}" for mode in ("sync", "async")),
+            f"{p['async_over_none']:.2f}", f"{p['sync_over_none']:.2f}", f"{p['weak_over_none']:.2f}",
+            " | ".join(f"{snapshot_ms(p['modes'][mode]):.0f}" for mode in ("sync", "async", "weak")),
             f"{a['state_bytes'] / 1e6:.1f}",
         )
     console.print(table)
