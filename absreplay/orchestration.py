@@ -166,6 +166,16 @@ def finalize_checkpoints(settings: Settings, job: str) -> dict[str, Any]:
     return {"job": job, **asdict(report), "message": finalize_line(job, report)}
 
 
+def weak_note(job) -> str:
+    """The first lines of a weak-consistency job's DAG docs, saying what it is; empty for any other job."""
+    if job.consistency != "weak":
+        return ""
+    from coordinator.checkpoints import weak
+
+    return (f"**Job `{job.name}` is declared `consistency='weak'`: {weak.LABEL}.** It has no recover DAG, "
+            f"and `sync` snapshots are refused.\n\n")
+
+
 def process_args(job: str, snapshot_mode: str) -> list[str]:
     """The processing application's arguments (spark_jobs/process.py)."""
     get_job(job)

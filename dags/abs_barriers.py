@@ -47,10 +47,10 @@ def barriers_dag(job: JobDefinition) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        tags=["absreplay", job.name, "barriers"],
+        tags=["absreplay", job.name, "barriers", *(["weak consistency"] if job.consistency == "weak" else [])],
         default_args={"owner": "absreplay", "retries": 2, "retry_delay": timedelta(seconds=30)},
-        doc_md=DOC.format(job=job.name, minutes=job.barrier_interval_minutes, description=job.description,
-                          asset=asset.name),
+        doc_md=orchestration.weak_note(job) + DOC.format(
+            job=job.name, minutes=job.barrier_interval_minutes, description=job.description, asset=asset.name),
     )
     def barriers() -> None:
         @task(outlets=[asset])

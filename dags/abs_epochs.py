@@ -56,7 +56,7 @@ def epochs_dag(job: JobDefinition) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
-        tags=["absreplay", job.name, "epochs"],
+        tags=["absreplay", job.name, "epochs", *(["weak consistency"] if job.consistency == "weak" else [])],
         default_args={"owner": "absreplay", "retries": 1, "retry_delay": timedelta(minutes=1)},
         params={
             "snapshot_mode": Param(
@@ -68,7 +68,7 @@ def epochs_dag(job: JobDefinition) -> DAG:
             ),
         },
         user_defined_macros=orchestration.spark_submit_macros(),
-        doc_md=DOC.format(job=job.name, asset=asset.name),
+        doc_md=orchestration.weak_note(job) + DOC.format(job=job.name, asset=asset.name),
     )
     def epochs() -> None:
         process = SparkSubmitOperator(

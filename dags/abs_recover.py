@@ -4,6 +4,9 @@ Wiring only. ``validate_request`` checks the form against the catalog (reads
 only) and pins the checkpoint; ``run_recovery`` calls the command line's
 recovery entry (``absreplay recover`` or ``absreplay rewind``) and fails with
 its message when it fails. Bad input fails the run without a retry.
+
+A job declared ``consistency="weak"`` gets no recover DAG: it has no consistent
+checkpoint to go back to (``coordinator.checkpoints.weak``).
 """
 
 from __future__ import annotations
@@ -91,4 +94,5 @@ def recover_dag(job: JobDefinition) -> DAG:
 
 
 for _job in jobs_for_dags():
-    globals()[f"abs_{_job.name}_recover"] = recover_dag(_job)
+    if _job.consistency != "weak":
+        globals()[f"abs_{_job.name}_recover"] = recover_dag(_job)

@@ -128,3 +128,21 @@ def test_parsing_imports_nothing_heavy_and_touches_no_catalog(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == f"{len(EXPECTED)} [] None"
     assert not (tmp_path / "home").exists()  # nothing built or written at parse time
+
+
+def test_a_weak_job_gets_no_recover_dag_and_its_dags_say_what_it_is(monkeypatch) -> None:
+    """tests/jobs/weak_wordcount.py (consistency='weak'): barriers and epochs as any job, tagged and
+    documented as weak consistency; no recover DAG, since it has no consistent checkpoint."""
+    from pathlib import Path
+
+    from coordinator.checkpoints import weak
+
+    monkeypatch.setenv("ABS_JOBS_DIR", str(Path(__file__).parent / "jobs"))
+    bag = DagBag(dag_folder=dags_folder())
+    assert bag.import_errors == {}
+    assert "abs_views_by_country_recover" in bag.dag_ids
+    assert "abs_weak_wordcount_recover" not in bag.dag_ids
+    for kind in ("barriers", "epochs"):
+        dag = bag.dags[f"abs_weak_wordcount_{kind}"]
+        assert "weak consistency" in dag.tags and weak.LABEL in dag.doc_md
+    assert "weak consistency" not in bag.dags["abs_views_by_country_epochs"].tags
