@@ -82,3 +82,33 @@ def test_a_replay_of_a_replay_is_deduplicated_in_a_job_with_a_loop(tmp_path, cat
     assert [status[c] for c in (4, 5, 6, 7)] == ["DEDUPLICATED"] * 4
     with ws.store.sessions() as s:
         assert back_edge_logs.loop_position(s, ws.job.name, 7) == {back_edge_logs.LOOP_PARTITION: 3}
+
+
+def test_transactions_settled_together_are_written_once_with_each_rows_own_checkpoint(tmp_path, catalog_url,
+                                                                                      monkeypatch) -> None:
+    """A catch-up's finalize settles several transactions of a sink table in the catalog at once: one
+    upsert of each key's latest row (not one per checkpoint), stamped with the checkpoint that wrote
+    it; every transaction COMMITTED with its own row count; the marks and the commit record at the last."""
+    from coordinator.sinks.sql_table import SqlTableTarget
+
+    ws = make_workspace(tmp_path, catalog_url)
+    epochs = {1: {"a": 1, "b": 1}, 2: {"a": 2}, 3: {"a": 3, "c": 1}}
+    for cid, counts in epochs.items():
+        ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))
+        stage_counts(ws, cid, counts, cid - 1 or None)
+        ws.complete(cid)
+    upserts = []
+    real = SqlTableTarget.upsert
+    monkeypatch.setattr(SqlTableTarget, "upsert", lambda self, conn, cid, rows: (
+        upserts.append(rows.num_rows), real(self, conn, cid, rows))[1])
+    assert ws.coordinator.finalize().committed == [1, 2, 3]
+    assert upserts == [3]  # a, b, c once
+    with ws.store.engine.connect() as c:
+        stamped = dict(c.execute(text("SELECT word, checkpoint_id FROM wordcount_counts")).all())
+        rows = dict(c.execute(text("SELECT checkpoint_id, rows FROM sink_transactions")).all())
+        marks = c.execute(text('SELECT partition, "offset", checkpoint_id FROM sink_watermarks')).all()
+        record = c.execute(text("SELECT checkpoint_id FROM absreplay_sink_commits")).scalar()
+    assert ws.committed() == {"a": 3, "b": 1, "c": 1}
+    assert stamped == {"a": 3, "b": 1, "c": 3}
+    assert rows == {1: 2, 2: 1, 3: 2} and txn_status(ws) == dict.fromkeys(epochs, "COMMITTED")
+    assert marks == [("p0", 30, 3)] and record == 3

@@ -36,6 +36,10 @@ def _affinity(t: sa.types.TypeEngine) -> str:
 
 
 class SqlTableTarget:
+    #: in the catalog, several checkpoints' commits in one settle are written as one
+    #: (``coordinator.sinks.transactions.write_merged``): rows carry their own checkpoint id
+    merges_commits = True
+
     def __init__(self, table: str, schema: pa.Schema, key: str | None, url: str | None, catalog_url: str) -> None:
         self.table, self.schema, self.key = table, schema, key
         self.url = url or catalog_url

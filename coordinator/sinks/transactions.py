@@ -8,7 +8,10 @@ checkpoint (the output is the rows with ``updated`` > base). Commit upserts
 those rows into the sink table in one database transaction together with the
 status change, so the table only ever shows output as of a committed
 checkpoint; transactions commit in checkpoint order. Abort only changes the
-status: the files go with the checkpoint's directory.
+status: the files go with the checkpoint's directory. Several transactions of
+a sink table in the catalog that one finalize commits (a catch-up) share its
+database transaction, so their rows are written as one upsert of each key's
+latest row (``write_merged``): the table they leave is the same.
 
 Verification: the ack recorded the staged files' manifest (coordinator.checkpoints.manifests);
 a commit reads the files through it, so a missing, truncated or replaced file
@@ -125,7 +128,11 @@ def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Tab
     return target.commit(job, sink.name, checkpoint_id, rows)
 
 
-def commit(s: Session, sink: SinkSpec, txn: SinkTransaction, way_on: Callable[[], str] = str) -> None:
+def commit(s: Session, sink: SinkSpec, txn: SinkTransaction, way_on: Callable[[], str] = str,
+           deferred: dict[str, list[tuple[int, pa.Table]]] | None = None) -> None:
+    """Commit one staged transaction in the caller's catalog transaction. ``deferred`` (``settle``): a
+    sink table in the catalog gets its rows later, merged with the next transactions' (``write_merged``):
+    the same database transaction, so the same table when it commits, written once."""
     # a job with a loop also reads its back-edge log: an epoch with no new source record is not a replay
     cut = cut_of(s, txn.job, txn.checkpoint_id) | back_edge_logs.loop_position(s, txn.job, txn.checkpoint_id)
     marks = watermarks(s, txn.job, txn.sink)
@@ -133,10 +140,33 @@ def commit(s: Session, sink: SinkSpec, txn: SinkTransaction, way_on: Callable[[]
         txn.status, txn.rows, txn.finished_at = SinkTxnStatus.DEDUPLICATED, 0, utcnow()
         return
     rows = staged_rows(txn, sink.column_names, way_on)
-    write(s, sink, txn.job, txn.checkpoint_id, rows)
+    target = target_of(s, sink)
+    if deferred is not None and getattr(target, "in_catalog", False) and getattr(target, "merges_commits", False):
+        deferred.setdefault(sink.name, []).append((txn.checkpoint_id, rows))
+    else:
+        write(s, sink, txn.job, txn.checkpoint_id, rows)
     fault_point("sink.mid_commit", txn.checkpoint_id)
     set_watermarks(s, txn.job, txn.sink, {p: max(o, marks.get(p, 0)) for p, o in cut.items()}, txn.checkpoint_id)
     txn.status, txn.rows, txn.finished_at = SinkTxnStatus.COMMITTED, rows.num_rows, utcnow()
+
+
+def write_merged(s: Session, sink: SinkSpec, job: str, batches: list[tuple[int, pa.Table]]) -> None:
+    """Several checkpoints' rows for a sink table in the catalog (in checkpoint order), written as
+    one: per key the row of the latest checkpoint, stamped with that checkpoint (an append sink:
+    every row, each with its own). What committing them one after the other leaves in the table,
+    at the cost of one upsert, not one per checkpoint (a catch-up of n epochs that each touch most
+    keys wrote every key n times). Checkpoints the table's commit record already holds are skipped."""
+    target = target_of(s, sink)
+    done = target.committed_in(s, job, sink.name)
+    batches = [(cid, rows) for cid, rows in batches if done is None or cid > done]
+    if not batches:
+        return
+    rows = pa.concat_tables([rows.append_column("checkpoint_id", pa.array([cid] * rows.num_rows, pa.int64()))
+                             for cid, rows in batches], promote_options="default")
+    if target.key is not None and rows.num_rows:  # each key's last row: the latest checkpoint's
+        positions = rows.append_column("_position", pa.array(range(rows.num_rows), pa.int64()))
+        rows = rows.take(positions.group_by(target.key).aggregate([("_position", "max")]).column("_position_max"))
+    target.commit_in(s, job, sink.name, batches[-1][0], rows)
 
 
 def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: dict[str, int],
@@ -194,6 +224,7 @@ def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None
     ).all()
     committed, aborted = [], []
     blocked = False
+    deferred: dict[str, list[tuple[int, pa.Table]]] = {}
     for txn, status in rows:
         if status == CheckpointStatus.FAILED:
             abort(txn)
@@ -203,7 +234,7 @@ def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None
         elif not blocked:
             try:
                 # verification comes before any write: a failed one leaves the transaction untouched
-                commit(s, specs[txn.sink], txn, lambda cid=txn.checkpoint_id: way_past(s, job, cid))
+                commit(s, specs[txn.sink], txn, lambda cid=txn.checkpoint_id: way_past(s, job, cid), deferred)
             except manifests.StagedOutputError:
                 if replayed_after is None or txn.checkpoint_id <= replayed_after:
                     raise
@@ -214,4 +245,9 @@ def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None
                 # the database, the staged files: one line that names the checkpoint and the way on
                 raise SinkCommitError(job, txn.checkpoint_id, target_of(s, specs[txn.sink]).describe(), exc) from exc
             committed.append(txn.checkpoint_id)
+    for name, batches in deferred.items():
+        try:
+            write_merged(s, specs[name], job, batches)
+        except (SQLAlchemyError, pa.ArrowException, OSError) as exc:
+            raise SinkCommitError(job, batches[-1][0], target_of(s, specs[name]).describe(), exc) from exc
     return committed, aborted
