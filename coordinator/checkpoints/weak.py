@@ -24,8 +24,8 @@ from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import UsageError
 
-CONSISTENCIES = ("exactly_once", "weak")
-#: how a weak job is named wherever it shows (run output, status, the checkpoints' snapshot mode)
+#: how a weak job is named wherever it shows: a run's first line, ``absreplay jobs``, its DAGs' docs and
+#: its pages in the Airflow view (its checkpoints record the snapshot mode "weak")
 LABEL = "weak consistency: loses records on failure, never duplicates them; not exactly-once"
 
 
