@@ -35,6 +35,7 @@ from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 from spark_jobs.store_backend import StoreBackend, StoreState
+from spark_jobs.weak_snapshots import WeakSnapshotWriter
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ class EpochRunner:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
         report.restore_s = time.perf_counter() - t0
         partitions = source.job_partitions(self.input_dir, self.job.source_names)
-        writer = SnapshotWriter(
+        writer = (WeakSnapshotWriter if self.mode is SnapshotMode.WEAK else SnapshotWriter)(
             spark=self.spark,
             store=self.store,
             job=self.job,
@@ -256,7 +257,7 @@ class EpochRunner:
             # what the restored chains say about how many keys an epoch changes
             last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
             last_changed_rows=dict.fromkeys(restored.links, self.store.sink_rows(self.job.name, point) if point else 0),
-            bases=dict(heads) if self.weak else {},
+            **({"bases": dict(heads)} if self.mode is SnapshotMode.WEAK else {}),
         )
         try:
             with Steps(len(plans), f"{self.job.name}: epochs") as steps:

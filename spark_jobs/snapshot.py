@@ -20,14 +20,13 @@ proceeds (ABS); ``sync`` runs it before epoch n+1 starts (the stop-the-world
 snapshot the paper compares against); ``none`` writes no state: the sink's
 output is upserted straight into its table (at-least-once) and the checkpoint
 is declined with SNAPSHOT_DISABLED, the overhead baseline. ``weak`` (a job declared
-``consistency="weak"``, ``coordinator.checkpoints.weak``): the output goes straight into the
-sinks, the sources ack each epoch as it is read, and on the writer thread each stateful operator
-writes its snapshot (incremental on its own last one) and acks alone.
+``consistency="weak"``): ``spark_jobs.weak_snapshots``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -111,9 +110,10 @@ class SnapshotWriter:
     #: full/incremental choice)
     last_full_rows: dict[str, int] = field(default_factory=dict)
     last_changed_rows: dict[str, int] = field(default_factory=dict)
-    #: weak mode: operator -> its own last acked snapshot (the base of its next one)
-    bases: dict[str, int | None] = field(default_factory=dict)
     timings: list[SnapshotTiming] = field(default_factory=list)
+
+    #: sinks fed by a keyed operator stage its snapshot files (``weak_snapshots``: written directly)
+    stages_sinks = True
 
     def __post_init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="abs-snapshot")
@@ -142,25 +142,26 @@ class SnapshotWriter:
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
-        epoch = Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge)
+        self._take(checkpoint_id, Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge), timing, t0)
+
+    def _take(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, t0: float) -> None:
+        """The snapshot of ``epoch`` in this writer's mode; ``t0``: when the synchronous phase began."""
         if self.mode is SnapshotMode.NONE:
             self._write_sink_directly(checkpoint_id, epoch, timing)
-        elif self.mode is SnapshotMode.WEAK:
-            self._write_sink_directly(checkpoint_id, epoch, timing, decline=False)
-            while len(self._in_flight) >= self.max_in_flight:
-                self._in_flight.pop(0).result()
-            timing.sync_ms = int((time.perf_counter() - t0) * 1000)
-            self._in_flight.append(self._pool.submit(self._write_weak, checkpoint_id, epoch, timing))
+            self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED,
+                            "run with --snapshot-mode none")
         elif self.mode is SnapshotMode.SYNC:
             self._write_and_ack(checkpoint_id, epoch, timing, True)
         else:
-            # back-pressure: epoch n+1 waits while too many snapshots are still being written
-            while len(self._in_flight) >= self.max_in_flight:
-                self._in_flight.pop(0).result()
-            timing.sync_ms = int((time.perf_counter() - t0) * 1000)
-            self._in_flight.append(
-                self._pool.submit(self._write_and_ack, checkpoint_id, epoch, timing, False)
-            )
+            self._in_background(t0, timing, self._write_and_ack, checkpoint_id, epoch, timing, False)
+
+    def _in_background(self, t0: float, timing: SnapshotTiming, write: Callable[..., None], *args: object) -> None:
+        """Hand ``write(*args)`` to the writer thread once fewer than ``max_in_flight`` snapshots are being
+        written (back-pressure: epoch n+1 waits); the time until then is the synchronous phase."""
+        while len(self._in_flight) >= self.max_in_flight:
+            self._in_flight.pop(0).result()
+        timing.sync_ms = int((time.perf_counter() - t0) * 1000)
+        self._in_flight.append(self._pool.submit(write, *args))
 
     def close(self) -> list[SnapshotTiming]:
         for fut in self._in_flight:
@@ -174,10 +175,8 @@ class SnapshotWriter:
             return state.rows(self.spark, base)
         return state if base is None else state.where(F.col("updated") > F.lit(base))
 
-    def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming,
-                             decline: bool = True) -> None:
-        """The epoch's output upserted straight into each sink (``self.base``: the previous epoch's).
-        ``decline``: the checkpoint is declined (mode none); else (weak) the sinks' tasks ack it."""
+    def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
+        """The epoch's output upserted straight into each sink (``self.base``: the previous epoch's)."""
         with self.store.sessions.begin() as s:
             self.store.lock_job(s, self.job.name)
             for sink in self.job.sinks:
@@ -188,65 +187,7 @@ class SnapshotWriter:
                     rows = epoch.outputs[sink.name].select(*cols).toArrow()
                 sinks.write(s, sink, self.job.name, checkpoint_id, rows)
                 timing.sink_rows += rows.num_rows
-        if decline:
-            self.store.fail(self.job.name, checkpoint_id, FailureReason.SNAPSHOT_DISABLED,
-                            "run with --snapshot-mode none")
-        else:
-            self.store.ack_many(self.job.name, checkpoint_id, [
-                StateHandle(operator=sink.name, subtask=i) for sink in self.job.sinks
-                for i in range(self.job.parallelism)])
         self.base, self.base_parallelism = checkpoint_id, self.job.parallelism
-
-    def consume(self, checkpoint_id: int) -> None:
-        """Weak mode: the source subtasks ack epoch ``checkpoint_id`` as they read it (their offsets move
-        on; no run reads it again, whatever becomes of its state)."""
-        sources = {op.name for op in self.job.graph.operators if op.kind is OperatorKind.SOURCE}
-        self.store.ack_many(self.job.name, checkpoint_id,
-                            [h for h in self._stateless_handles() if h.operator in sources])
-
-    def _write_weak(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
-        """Weak mode: each stateful operator writes its snapshot on its own (incremental on its own last
-        one) and acks alone, in its own transaction; one that fails keeps its previous snapshot and the
-        others' stand. The stateless operators ack that they hold nothing."""
-        if self._halted:
-            return
-        t0 = time.perf_counter()
-        errors, fulls = [], []
-        try:
-            for spec in self.job.states:
-                op = spec.operator
-                try:
-                    handles, full, _ = self._write_state(checkpoint_id, spec, epoch.states[op], epoch, timing,
-                                                         self.bases.get(op))
-                    fault_point("snapshot.before_ack", checkpoint_id)
-                    results = self.store.ack_many(self.job.name, checkpoint_id, handles)
-                except FencedError:
-                    raise
-                except Exception as exc:  # this operator's snapshot fails; the others go on
-                    errors.append(f"{op}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-                    continue
-                fulls.append(full)
-                if all(r in (AckResult.SUCCESS, AckResult.DUPLICATE) for r in results):
-                    self.bases[op] = checkpoint_id
-                    self.chain_lengths[op] = 1 if full else self.chain_lengths.get(op, 0) + 1
-                else:
-                    errors.append(f"{op}: acks {sorted({str(r) for r in results})}")
-                fault_point("snapshot.after_ack", checkpoint_id, self.job.states.index(spec) + 1)
-            stateful = {st.operator for st in self.job.states}
-            self.store.ack_many(self.job.name, checkpoint_id, [
-                h for h in self._stateless_handles()
-                if h.operator not in stateful and self.job.graph.operator(h.operator).kind is not OperatorKind.SOURCE])
-        except FencedError as exc:
-            self._halted, self._fenced = True, exc
-            raise
-        except BaseException:
-            self._halted = True
-            raise
-        timing.async_ms = int((time.perf_counter() - t0) * 1000)
-        timing.full = bool(fulls) and all(fulls)
-        if errors:
-            timing.error = "; ".join(errors)
-        self.base_parallelism = self.job.parallelism
 
     def _write_and_ack(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, stop_the_world: bool) -> None:
         if self._halted:
@@ -410,7 +351,7 @@ class SnapshotWriter:
             self.last_full_rows[op] = sum(x.rows for x in stats.values())
         self.last_changed_rows[op] = changed
         timing.state_rows += sum(x.rows for x in stats.values())
-        if self.mode is not SnapshotMode.WEAK and any(sink.from_state and sink.input == op for sink in self.job.sinks):
+        if self.stages_sinks and any(sink.from_state and sink.input == op for sink in self.job.sinks):
             timing.sink_rows += changed
         return handles, full, changed
 

@@ -29,32 +29,31 @@ from coordinator.errors import UsageError
 LABEL = "weak consistency: loses records on failure, never duplicates them; not exactly-once"
 
 
-def heads(store: CheckpointStore, job: JobDefinition) -> dict[str, int | None]:
-    """Each stateful operator's latest snapshot that every one of its subtasks acked (None: none yet).
-    A checkpoint's subtask count is the parallelism it was taken at."""
+def _fully_acked(store: CheckpointStore, job: JobDefinition, operators: set[str]) -> dict[str, set[int]]:
+    """operator -> the checkpoints that every one of its subtasks acked (as many as the parallelism
+    the checkpoint was taken at)."""
     parallelism = {c.checkpoint_id: c.parallelism for c in store.checkpoints(job.name)}
     acked: dict[tuple[str, int], set[int]] = {}
     for a in store.all_acks(job.name):
-        acked.setdefault((a.operator, a.checkpoint_id), set()).add(a.subtask)
-    out: dict[str, int | None] = {}
-    for spec in job.states:
-        done = [ck for (op, ck), subs in acked.items()
-                if op == spec.operator and subs == set(range(parallelism.get(ck) or job.parallelism))]
-        out[spec.operator] = max(done, default=None)
+        if a.operator in operators:
+            acked.setdefault((a.operator, a.checkpoint_id), set()).add(a.subtask)
+    out: dict[str, set[int]] = {op: set() for op in operators}
+    for (op, ck), subtasks in acked.items():
+        if subtasks == set(range(parallelism.get(ck) or job.parallelism)):
+            out[op].add(ck)
     return out
+
+
+def heads(store: CheckpointStore, job: JobDefinition) -> dict[str, int | None]:
+    """Each stateful operator's latest snapshot that every one of its subtasks acked (None: none yet)."""
+    done = _fully_acked(store, job, {spec.operator for spec in job.states})
+    return {spec.operator: max(done[spec.operator], default=None) for spec in job.states}
 
 
 def consumed_through(store: CheckpointStore, job: JobDefinition) -> int:
     """The last epoch every source subtask read (0: none): the run after it starts with the next one."""
-    sources = {op.name for op in job.graph.operators if op.kind is OperatorKind.SOURCE}
-    parallelism = {c.checkpoint_id: c.parallelism for c in store.checkpoints(job.name)}
-    acked: dict[int, set[tuple[str, int]]] = {}
-    for a in store.all_acks(job.name):
-        if a.operator in sources:
-            acked.setdefault(a.checkpoint_id, set()).add((a.operator, a.subtask))
-    done = [ck for ck, got in acked.items()
-            if got == {(s, i) for s in sources for i in range(parallelism.get(ck) or job.parallelism)}]
-    return max(done, default=0)
+    done = _fully_acked(store, job, {op.name for op in job.graph.operators if op.kind is OperatorKind.SOURCE})
+    return max(set.intersection(*done.values()), default=0)
 
 
 def refuse(job: JobDefinition, what: str) -> None:

@@ -117,9 +117,10 @@ def target_of(s: Session, sink: SinkSpec) -> SinkTarget:
     return sink.target(s.get_bind().url.render_as_string(hide_password=False))
 
 
-def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Table) -> bool:
+def write(s: Session, sink: SinkSpec, job: str, checkpoint_id: int, rows: pa.Table,
+          target: SinkTarget | None = None) -> bool:
     """Apply one checkpoint's rows to the sink's target; False: the target had them already."""
-    target = target_of(s, sink)
+    target = target or target_of(s, sink)
     if getattr(target, "in_catalog", False):
         # rows, commit record, status and marks: one transaction of the catalog
         return target.commit_in(s, job, sink.name, checkpoint_id, rows)
@@ -144,7 +145,7 @@ def commit(s: Session, sink: SinkSpec, txn: SinkTransaction, way_on: Callable[[]
     if deferred is not None and getattr(target, "in_catalog", False) and getattr(target, "merges_commits", False):
         deferred.setdefault(sink.name, []).append((txn.checkpoint_id, rows))
     else:
-        write(s, sink, txn.job, txn.checkpoint_id, rows)
+        write(s, sink, txn.job, txn.checkpoint_id, rows, target)
     fault_point("sink.mid_commit", txn.checkpoint_id)
     set_watermarks(s, txn.job, txn.sink, {p: max(o, marks.get(p, 0)) for p, o in cut.items()}, txn.checkpoint_id)
     txn.status, txn.rows, txn.finished_at = SinkTxnStatus.COMMITTED, rows.num_rows, utcnow()
