@@ -58,6 +58,11 @@ class Restored:
         return next(iter(self.states.values()))
 
 
+def watermark(acks: list, operator: str) -> int | None:
+    """A window operator's watermark in a checkpoint: the highest its subtasks acked."""
+    return max((a.watermark for a in acks if a.operator == operator and a.watermark is not None), default=None)
+
+
 class StateRestorer:
     def __init__(self, spark: SparkSession, store: CheckpointStore, job: JobDefinition, flow: Dataflow,
                  max_parallelism: int) -> None:
@@ -110,11 +115,7 @@ class StateRestorer:
             schema = self.flow.state_schema(self.spark, spec.operator)
             states[spec.operator] = keyed_state.restore(self.spark, schema, spec.key, links[spec.operator],
                                                         job.parallelism, spec.identity)
-        watermarks = {}
-        for spec in job.states:
-            if spec.kind == "window":
-                marks = [a.watermark for a in acks if a.operator == spec.operator and a.watermark is not None]
-                watermarks[spec.operator] = max(marks) if marks else None
+        watermarks = {spec.operator: watermark(acks, spec.operator) for spec in job.states if spec.kind == "window"}
         return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
                         parallelism=taken_at, watermarks=watermarks)
 
@@ -136,9 +137,7 @@ class StateRestorer:
                 self.spark, self.flow.state_schema(self.spark, op), spec.key, links[op], job.parallelism,
                 spec.identity)
             if spec.kind == "window":
-                marks = [a.watermark for a in self.store.acks(job.name, head)
-                         if a.operator == op and a.watermark is not None]
-                watermarks[op] = max(marks) if marks else None
+                watermarks[op] = watermark(self.store.acks(job.name, head), op)
         # one parallelism for all: the base of their next snapshots; else (None) those are full
         return Restored(point, states, links, lengths, {}, parallelism=taken.pop() if len(taken) == 1 else None,
                         watermarks=watermarks)
