@@ -91,13 +91,41 @@ class Dataflow:
         states = {st.operator: None for st in self.job.states}
         self.epoch(spark, states, empty, None, {}, 0, 1, dry=True)
 
+    # -- several epochs at once ---------------------------------------------------------------------
+    def fusable(self, states: dict[str, DataFrame | StoreState]) -> bool:
+        """Whether epochs can run together (``epochs``): every stateful operator is a keyed aggregate on
+        local stores whose records come from the sources through stateless operators alone (what it
+        emits may feed only stateless operators and sinks), and there is no loop."""
+        return self.loop is None and all(
+            isinstance(states.get(st.operator), StoreState) and self._stateless(self.nodes[st.operator].inputs[0])
+            for st in self.job.states)
+
+    def _stateless(self, name: str) -> bool:
+        node = self.nodes[name]
+        return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
+
+    def epochs(self, spark: SparkSession, states: dict[str, StoreState], records: list[tuple[int, dict]],
+               watermarks: dict[str, int | None]) -> list[EpochOutput]:
+        """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
+        of them in one Spark job (``store_backend.aggregate``: its cost is one job's, not one per epoch),
+        then each epoch's outputs are what ``epoch`` gives."""
+        applied = {}
+        for st in self.job.states:
+            node = self.nodes[st.operator]
+            applied[st.operator] = store_backend.aggregate(
+                spark, states[st.operator], [(c, self.stream_of(spark, node.inputs[0], r)) for c, r in records], node)
+        return [self.epoch(spark, states, r, None, watermarks, c, None, applied={op: a[k] for op, a in applied.items()})
+                for k, (c, r) in enumerate(records)]
+
     # -- one epoch ----------------------------------------------------------------------------------
     def epoch(self, spark: SparkSession, states: dict[str, DataFrame | None], records: dict[str, DataFrame],
               back_edge: DataFrame | None, watermarks: dict[str, int | None], checkpoint_id: int,
-              max_rounds: int | None, dry: bool = False, subtasks: frozenset[int] | None = None) -> EpochOutput:
+              max_rounds: int | None, dry: bool = False, subtasks: frozenset[int] | None = None,
+              applied: dict[str, StoreState] | None = None) -> EpochOutput:
         """``states``: DataFrames, or ``StoreState`` for keyed aggregates on local stores (a run's, never
         verify's); ``subtasks``: a partial recovery's subtasks behind the epoch (the store operators take
-        only their records; the runner merges DataFrame states itself)."""
+        only their records; the runner merges DataFrame states itself); ``applied``: the stores' states
+        after this epoch, applied already (``epochs``)."""
         streams: dict[str, DataFrame] = {}
         out = EpochOutput(states={})
         for node in self.spec.nodes:
@@ -117,7 +145,8 @@ class Dataflow:
                 if state is None:  # a dry run: no state yet, only schemas
                     state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
                 if isinstance(state, StoreState):
-                    new_state = store_backend.aggregate(spark, state, ins[0], node, checkpoint_id, subtasks)
+                    new_state = applied[node.name] if applied else store_backend.aggregate(
+                        spark, state, [(checkpoint_id, ins[0])], node, subtasks)[0]
                     emitted = new_state.changes
                 else:
                     new_state, emitted = self._keyed(spark, node, spec, state, ins, back_edge, watermarks, out,

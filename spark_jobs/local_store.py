@@ -6,9 +6,11 @@ not the state. The snapshots (Parquet under the state root, ``spark_jobs.snapsho
 stay the durable truth; a store is a cache of them that the next run reuses when
 it is exactly at the checkpoint restored (``spark_jobs.store_backend``).
 
-Versions are checkpoint ids. ``apply(v, prev)`` folds epoch v's contributions
-into the state at ``prev`` in one transaction, records each touched key's
-previous row (or its absence) as undo of v, and sets the version to v. Undo
+Versions are checkpoint ids. ``apply(versions, prev)`` folds the contributions
+of one epoch, or of several in order (a catch-up), into the state at ``prev`` in
+one transaction (``spark_jobs.store_fold``): it writes each touched key's last
+row, records as undo of each version v the rows its epoch replaced (or their
+absence), one Arrow stream per version, and sets the version to the last. Undo
 makes the store multi-version for the last ``KEEP`` versions: a read ``as of``
 an older version (the asynchronous snapshot of epoch v while epoch v+1 is
 applied already) takes a key's pre-image from the oldest undo newer than it,
@@ -28,13 +30,22 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from coordinator.checkpoints.manifests import fsync
+from spark_jobs.store_fold import fold
 
+#: the layout of a store's file (a store of another is not opened: its run loads a new one)
+FORMAT = 2
 #: versions whose undo is kept: snapshots in flight (at most 2) and one rollback at restore
 KEEP = 4
 FETCH_ROWS = 65_536
+#: the parameters one statement binds at most (SQLite's default limit is 32,766)
+MAX_VARIABLES = 30_000
+#: an undo row's flag: the key had a row before the epoch (else the epoch added it)
+PRESENT = "__present"
 #: Arrow types a store keeps as they are (SQLite's integers, reals and texts)
 SUPPORTED = (pa.int64(), pa.int32(), pa.int16(), pa.int8(), pa.float64(), pa.float32(), pa.string(), pa.bool_())
 
@@ -161,84 +172,70 @@ class SubtaskStore:
         cols = ", ".join(q(c) for c in self.layout.columns)
         keys = ", ".join(q(k) for k in self.layout.keys)
         con.execute(f"CREATE TABLE state ({cols}, PRIMARY KEY ({keys})) WITHOUT ROWID")
-        con.execute(f"CREATE TABLE undo ({cols}, version INTEGER, present INTEGER, PRIMARY KEY ({keys}, version))"
-                    " WITHOUT ROWID")
-        con.execute("CREATE INDEX undo_version ON undo (version)")
+        # a version's undo: the rows its epoch replaced, one Arrow IPC stream (written and read whole)
+        con.execute("CREATE TABLE undo (version INTEGER PRIMARY KEY, rows BLOB NOT NULL)")
         con.execute("CREATE TABLE versions (version INTEGER PRIMARY KEY)")
         con.execute("CREATE TABLE meta (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER, floor INTEGER,"
                     " rows INTEGER)")
 
-    # -- one epoch -----------------------------------------------------------------------------------
-    def apply(self, contributions: pa.Table, version: int, prev: int) -> pa.Table:
-        """Fold epoch ``version``'s contributions (one row per key) into the state at ``prev`` and return
-        the touched keys' new rows. Applied already (a retried task): the same rows, nothing changed."""
+    # -- epochs -------------------------------------------------------------------------------------
+    def apply(self, contributions: pa.Table, versions: int | Sequence[int], prev: int) -> pa.Table:
+        """Fold the contributions of epochs ``versions`` (one, or several in order: a catch-up; a row's
+        ``updated`` is its epoch, one row per key and epoch) into the state at ``prev``, in one
+        transaction. Returns each touched key's row after each epoch. A retried task (the store at the
+        last version already): rolled back to ``prev`` and applied again, so it returns the same rows."""
+        versions = [versions] if isinstance(versions, int) else list(versions)
         con, lay = self.con, self.layout
         con.execute("BEGIN IMMEDIATE")
         try:
             info = self.info()
-            self._keys_table(contributions)
-            if info.version == version:
-                con.execute("ROLLBACK")
-                return self._read_touched()
+            if info.version == versions[-1] and info.floor <= prev < info.version:
+                self._roll_back_to(prev)
+                info = self.info()
             if info.version != prev:
-                raise StoreVersionError(f"store {self.dir} is at version {info.version}, epoch {version} starts "
+                raise StoreVersionError(f"store {self.dir} is at version {info.version}, epoch {versions[0]} starts "
                                         f"from {prev}")
-            cols = ", ".join(q(c) for c in lay.columns)
-            on = " AND ".join(f"s.{q(k)} = c.{q(k)}" for k in lay.keys)
-            con.execute(f"INSERT INTO undo ({cols}, version, present) "
-                        f"SELECT {', '.join('s.' + q(c) for c in lay.columns)}, ?, 1 FROM c JOIN state s ON {on}",
-                        (version,))
-            keys = ", ".join(q(k) for k in lay.keys)
-            added = con.execute(f"INSERT INTO undo ({keys}, version, present) SELECT "
-                                f"{', '.join('c.' + q(k) for k in lay.keys)}, ?, 0 FROM c "
-                                f"WHERE NOT EXISTS (SELECT 1 FROM state s WHERE {on})", (version,)).rowcount
-            con.execute(f"INSERT OR REPLACE INTO state ({cols}) SELECT {', '.join(self._merged())} "
-                        f"FROM c LEFT JOIN state s ON {on}")
-            con.execute("INSERT INTO versions VALUES (?)", (version,))
+            folded = fold(lay.schema, lay.keys, dict(lay.merges), {m: (s, n) for m, s, n in lay.means},
+                          self._stored(contributions), contributions)
+            con.executemany(self._upsert_sql("state", lay.columns), _tuples(folded.final))
+            con.executemany("INSERT INTO versions VALUES (?)", [(v,) for v in versions])
             floor = con.execute("SELECT min(version) FROM (SELECT version FROM versions ORDER BY version DESC "
                                 "LIMIT ?)", (KEEP,)).fetchone()[0]
+            # the undo of the versions kept: each touched key's row before the epoch, or its absence
+            undo, present, undo_versions = folded.before(lay.keys, floor)
+            undo = undo.append_column(PRESENT, pa.array(present))
+            for v in np.unique(undo_versions):
+                con.execute("INSERT INTO undo VALUES (?, ?)", (int(v), _ipc(undo.filter(pa.array(undo_versions == v)))))
             con.execute("DELETE FROM versions WHERE version < ?", (floor,))
             con.execute("DELETE FROM undo WHERE version <= ?", (floor,))
             con.execute("UPDATE meta SET version = ?, floor = max(floor, ?), rows = rows + ?",
-                        (version, floor, added))
-            out = self._read_touched()
+                        (versions[-1], floor, folded.added))
             con.execute("COMMIT")
-            return out
+            return folded.changes
         except BaseException:
             if con.in_transaction:
                 con.execute("ROLLBACK")
             raise
 
-    def _merged(self) -> list[str]:
-        lay = self.layout
-        merges = dict(lay.merges)
-        means = {m: (s, n) for m, s, n in lay.means}
-        exprs = []
-        for c in lay.columns:
-            if c in lay.keys:
-                exprs.append(f"c.{q(c)}")
-            elif c in means:
-                s, n = means[c]
-                exprs.append(f"CAST({_merge(s, merges[s])} AS REAL) / ({_merge(n, merges[n])})")
-            elif c == "updated":
-                exprs.append("c.updated")
-            else:
-                exprs.append(_merge(c, merges[c]))
-        return exprs
+    def _stored(self, contributions: pa.Table) -> pa.Table:
+        """The rows the store holds of the keys in ``contributions``."""
+        keys = list(self.layout.keys)
+        # each key once, in key order (SQLite's B-tree is walked in order)
+        distinct = contributions.select(keys).group_by(keys).aggregate([]).sort_by([(k, "ascending") for k in keys])
+        return pa.Table.from_batches(list(self._rows_of(distinct)), self.layout.schema)
 
-    def _keys_table(self, contributions: pa.Table) -> None:
-        con, cols = self.con, self.layout.columns
-        con.execute("DROP TABLE IF EXISTS temp.c")
-        keys = ", ".join(q(k) for k in self.layout.keys)
-        con.execute(f"CREATE TEMP TABLE c ({', '.join(q(c) for c in cols)}, PRIMARY KEY ({keys})) WITHOUT ROWID")
-        if contributions.num_rows:
-            con.executemany(self._upsert_sql("temp.c", cols), _tuples(contributions.select(cols)))
-
-    def _read_touched(self) -> pa.Table:
-        on = " AND ".join(f"s.{q(k)} = c.{q(k)}" for k in self.layout.keys)
-        cur = self.con.execute(f"SELECT {', '.join('s.' + q(c) for c in self.layout.columns)} FROM c JOIN state s "
-                               f"ON {on}")
-        return pa.Table.from_batches(list(_batches(cur, self.layout.schema)), self.layout.schema)
+    def _rows_of(self, keys: pa.Table) -> Iterator[pa.RecordBatch]:
+        """The store's rows of these keys (as many as one statement binds at a time)."""
+        names = self.layout.keys
+        on = " AND ".join(f"s.{q(k)} = v.column{j}" for j, k in enumerate(names, 1))
+        select = ", ".join("s." + q(c) for c in self.layout.columns)
+        step = MAX_VARIABLES // len(names)
+        for start in range(0, keys.num_rows, step):
+            chunk = keys.slice(start, step)
+            values = ", ".join(["(" + ", ".join("?" * len(names)) + ")"] * chunk.num_rows)
+            params = [value for row in _tuples(chunk) for value in row]
+            yield from _batches(self.con.execute(f"SELECT {select} FROM (VALUES {values}) v JOIN state s ON {on}",
+                                                 params), self.layout.schema)
 
     # -- reads as of a version -----------------------------------------------------------------------
     def rows_as_of(self, version: int, since: int | None = None) -> Iterator[pa.RecordBatch]:
@@ -254,39 +251,52 @@ class SubtaskStore:
             params = {"v": version, "since": since if since is not None else -1}
             yield from _batches(con.execute(sql, params), self.layout.schema)
             if version < info.version:
-                first = ("u.version = (SELECT min(w.version) FROM undo w WHERE w.version > :v AND "
-                         + " AND ".join(f"w.{q(k)} = u.{q(k)}" for k in self.layout.keys) + ")")
-                since_u = "" if since is None else " AND u.updated > :since"
-                sql = (f"SELECT {', '.join('u.' + q(c) for c in cols)} FROM undo u "
-                       f"WHERE u.version > :v AND u.present = 1 AND {first}{since_u}")
-                yield from _batches(con.execute(sql, params), self.layout.schema)
+                # a key changed after ``version``: its row then is in the oldest undo newer than it
+                older = self._undo_after(version)
+                kept = older.filter(older.column(PRESENT))
+                if since is not None:
+                    kept = kept.filter(pc.fill_null(pc.greater(kept.column("updated"), since), False))
+                yield from kept.select(cols).to_batches()
         finally:
             con.execute("COMMIT")
 
     def rollback(self, version: int) -> None:
         """Back to ``version`` (at or above the floor): every newer version's undo, newest first."""
-        con, lay = self.con, self.layout
-        cols = ", ".join(q(c) for c in lay.columns)
-        on = " AND ".join(f"state.{q(k)} = undo.{q(k)}" for k in lay.keys)
+        con = self.con
         con.execute("BEGIN IMMEDIATE")
         try:
-            info = self._holding(version)
-            newer = [v for (v,) in con.execute("SELECT version FROM versions WHERE version > ? ORDER BY version DESC",
-                                                (version,))]
-            for v in newer:
-                con.execute(f"DELETE FROM state WHERE EXISTS (SELECT 1 FROM undo WHERE undo.version = ? AND {on})",
-                            (v,))
-                con.execute(f"INSERT INTO state ({cols}) SELECT {cols} FROM undo WHERE version = ? AND present = 1",
-                            (v,))
-                con.execute("DELETE FROM undo WHERE version = ?", (v,))
-                con.execute("DELETE FROM versions WHERE version = ?", (v,))
-            rows = con.execute("SELECT count(*) FROM state").fetchone()[0] if newer else info.rows
-            con.execute("UPDATE meta SET version = ?, rows = ?", (version, rows))
+            self._roll_back_to(version)
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:
                 con.execute("ROLLBACK")
             raise
+
+    def _roll_back_to(self, version: int) -> None:
+        con, lay = self.con, self.layout
+        info = self._holding(version)
+        newer = con.execute("SELECT version, rows FROM undo WHERE version > ? ORDER BY version DESC",
+                            (version,)).fetchall()
+        where = " AND ".join(f"{q(k)} = ?" for k in lay.keys)
+        for _, blob in newer:
+            rows = _from_ipc(blob)
+            con.executemany(f"DELETE FROM state WHERE {where}", _tuples(rows.select(list(lay.keys))))
+            con.executemany(self._upsert_sql("state", lay.columns),
+                            _tuples(rows.filter(rows.column(PRESENT)).select(lay.columns)))
+        con.execute("DELETE FROM undo WHERE version > ?", (version,))
+        con.execute("DELETE FROM versions WHERE version > ?", (version,))
+        rows = con.execute("SELECT count(*) FROM state").fetchone()[0] if version < info.version else info.rows
+        con.execute("UPDATE meta SET version = ?, rows = ?", (version, rows))
+
+    def _undo_after(self, version: int) -> pa.Table:
+        """Each key's row before the first epoch after ``version`` that changed it, with ``present``."""
+        blobs = self.con.execute("SELECT rows FROM undo WHERE version > ? ORDER BY version", (version,)).fetchall()
+        schema = self.layout.schema.append(pa.field(PRESENT, pa.bool_()))
+        undo = pa.concat_tables([_from_ipc(b) for (b,) in blobs]) if blobs else schema.empty_table()
+        keys = list(self.layout.keys)
+        first = undo.append_column("__i", pa.array(range(undo.num_rows), pa.int64())).group_by(
+            keys, use_threads=False).aggregate([("__i", "min")])
+        return undo.take(first.column("__i_min"))
 
     @staticmethod
     def _upsert_sql(table: str, columns: Sequence[str]) -> str:
@@ -294,12 +304,15 @@ class SubtaskStore:
                 f"VALUES ({', '.join('?' for _ in columns)})")
 
 
-def _merge(column: str, how: str) -> str:
-    s, c = f"s.{q(column)}", f"c.{q(column)}"
-    if how == "first":
-        return f"coalesce({s}, {c})"
-    both = {"sum": f"{s} + {c}", "min": f"min({s}, {c})", "max": f"max({s}, {c})"}[how]
-    return f"CASE WHEN {s} IS NULL THEN {c} WHEN {c} IS NULL THEN {s} ELSE {both} END"
+def _ipc(rows: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, rows.schema) as writer:
+        writer.write_table(rows)
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
 
 
 def _connect(path: Path) -> sqlite3.Connection:

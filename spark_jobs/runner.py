@@ -70,6 +70,11 @@ class RunReport:
         return [t for t in self.snapshots if t.error]
 
 
+#: a catch-up runs at most this many epochs, and this many records, at once (``EpochRunner._together``)
+TOGETHER_EPOCHS = 16
+TOGETHER_RECORDS = 5_000_000
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stdout, flush=True)
 
@@ -276,34 +281,83 @@ class EpochRunner:
 
     def _run_epochs(self, plans: list[EpochPlan], restored: Restored, states: dict[str, DataFrame],
                     back_edge: DataFrame | None, writer: SnapshotWriter, report: RunReport, steps: Steps) -> None:
-        p = self.job.parallelism
         watermarks = dict(restored.watermarks)
-        for i, plan in enumerate(plans, 1):
-            t0 = time.perf_counter()
-            if self.mode is SnapshotMode.WEAK:
-                writer.consume(plan.checkpoint_id)  # read: no run reads this epoch again
-            records = self.read_records(plan)
-            fault_point("epoch.compute", plan.checkpoint_id)
-            behind = restored.behind(plan.checkpoint_id, p)
-            out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
-                                  self.job.loop_rounds, subtasks=None if len(behind) == p else behind)
-            back_edge = out.back_edge
-            watermarks.update(out.watermarks)
-            for spec in self.job.states:
-                new_state = out.states[spec.operator]  # materialized by the operator (an immutable copy)
-                if len(behind) < p and not isinstance(new_state, StoreState):
-                    # partial recovery: subtasks already past this epoch keep their state and discard its records
-                    mine = keyed_state.subtask_of(spec.key, p, self.max_parallelism).isin(sorted(behind))
-                    new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))
-                    new_state = new_state.localCheckpoint(eager=True)
-                states[spec.operator] = new_state
+        done = 0
+        while done < len(plans):
+            group = self._together(plans[done:], restored, states, writer)
+            if len(group) > 1:
+                self._run_together(group, states, watermarks, writer, report, steps, done, len(plans))
+            else:
+                back_edge = self._run_one(group[0], restored, states, back_edge, watermarks, writer, report, steps,
+                                          done + 1, len(plans))
+            done += len(group)
+
+    def _together(self, plans: list[EpochPlan], restored: Restored, states: dict[str, DataFrame],
+                  writer: SnapshotWriter) -> list[EpochPlan]:
+        """The next epochs to run at once (``Dataflow.epochs``): a catch-up of a job whose keyed state is
+        all on local stores, every subtask behind them (no partial recovery), up to ``TOGETHER_EPOCHS``
+        epochs and ``TOGETHER_RECORDS`` records, and as many as the snapshot writer can take at once."""
+        p = self.job.parallelism
+        if len(plans) < 2 or self.weak or not self.flow.fusable(states):
+            return plans[:1]
+        writer.drain()  # the previous epochs' snapshots have read what they read of the stores
+        group, records = [], 0
+        for plan in plans[: min(TOGETHER_EPOCHS, writer.epochs_at_once())]:
+            records += plan.records
+            if len(restored.behind(plan.checkpoint_id, p)) < p or (group and records > TOGETHER_RECORDS):
+                break
+            group.append(plan)
+        return group or plans[:1]
+
+    def _run_together(self, group: list[EpochPlan], states: dict[str, DataFrame], watermarks: dict[str, int | None],
+                      writer: SnapshotWriter, report: RunReport, steps: Steps, before: int, total: int) -> None:
+        t0 = time.perf_counter()
+        outs = self.flow.epochs(self.spark, states, [(plan.checkpoint_id, self.read_records(plan)) for plan in group],
+                                watermarks)
+        share = (time.perf_counter() - t0) / len(group)
+        for k, (plan, out) in enumerate(zip(group, outs, strict=True), before + 1):
+            t1 = time.perf_counter()
+            fault_point("epoch.compute", plan.checkpoint_id)  # computed; not handed to the snapshot writer yet
+            states.update(out.states)
             outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
-            elapsed = time.perf_counter() - t0
+            elapsed = share + time.perf_counter() - t1
             report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
-            writer.snapshot(plan.checkpoint_id, dict(states), None if len(behind) == p else behind,
-                            back_edge=back_edge, outputs=outputs, watermarks=dict(watermarks))
-            steps.done(
-                f"  [{i}/{len(plans)}] epoch {plan.checkpoint_id}: {plan.records:,} records "
-                f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
-                + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
-            )
+            writer.snapshot(plan.checkpoint_id, dict(states), None, outputs=outputs, watermarks=dict(watermarks))
+            steps.done(f"  [{k}/{total}] epoch {plan.checkpoint_id}: {plan.records:,} records from "
+                       f"{len(plan.segments)} segment(s) in {elapsed:.2f}s (epochs {group[0].checkpoint_id}.."
+                       f"{group[-1].checkpoint_id} together)")
+
+    def _run_one(self, plan: EpochPlan, restored: Restored, states: dict[str, DataFrame], back_edge: DataFrame | None,
+                 watermarks: dict[str, int | None], writer: SnapshotWriter, report: RunReport, steps: Steps,
+                 i: int, total: int) -> DataFrame | None:
+        """One epoch; the back-edge log it leaves (a job with a loop)."""
+        p = self.job.parallelism
+        t0 = time.perf_counter()
+        if self.mode is SnapshotMode.WEAK:
+            writer.consume(plan.checkpoint_id)  # read: no run reads this epoch again
+        records = self.read_records(plan)
+        fault_point("epoch.compute", plan.checkpoint_id)
+        behind = restored.behind(plan.checkpoint_id, p)
+        out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
+                              self.job.loop_rounds, subtasks=None if len(behind) == p else behind)
+        back_edge = out.back_edge
+        watermarks.update(out.watermarks)
+        for spec in self.job.states:
+            new_state = out.states[spec.operator]  # materialized by the operator (an immutable copy)
+            if len(behind) < p and not isinstance(new_state, StoreState):
+                # partial recovery: subtasks already past this epoch keep their state and discard its records
+                mine = keyed_state.subtask_of(spec.key, p, self.max_parallelism).isin(sorted(behind))
+                new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))
+                new_state = new_state.localCheckpoint(eager=True)
+            states[spec.operator] = new_state
+        outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
+        elapsed = time.perf_counter() - t0
+        report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
+        writer.snapshot(plan.checkpoint_id, dict(states), None if len(behind) == p else behind,
+                        back_edge=back_edge, outputs=outputs, watermarks=dict(watermarks))
+        steps.done(
+            f"  [{i}/{total}] epoch {plan.checkpoint_id}: {plan.records:,} records "
+            f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
+            + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
+        )
+        return back_edge

@@ -47,6 +47,7 @@ from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
 from spark_jobs import back_edge_log, keyed_state
 from spark_jobs.dataflow import Dataflow
+from spark_jobs.local_store import KEEP
 from spark_jobs.store_backend import StoreState
 
 
@@ -162,6 +163,11 @@ class SnapshotWriter:
             self._in_flight.pop(0).result()
         timing.sync_ms = int((time.perf_counter() - t0) * 1000)
         self._in_flight.append(self._pool.submit(write, *args))
+
+    def drain(self) -> None:
+        """Wait until every snapshot handed over is written (or has failed)."""
+        while self._in_flight:
+            self._in_flight.pop(0).result()
 
     def close(self) -> list[SnapshotTiming]:
         for fut in self._in_flight:
@@ -386,6 +392,23 @@ class SnapshotWriter:
         if isinstance(state, StoreState):
             return False
         return self.last_changed_rows.get(op, 0) * 2 > self.last_full_rows.get(op, 0)
+
+    def epochs_at_once(self) -> int:
+        """How many next epochs a catch-up may apply to local stores at once (``Dataflow.epochs``), ``drain``-ed
+        first: their snapshots, each succeeding, read the stores only as of versions whose undo they keep (the
+        last ``KEEP``). A delta is the epoch's changes, the first snapshot from empty stores seals them, and a
+        full one reads the stores whole."""
+        if self.mode is SnapshotMode.NONE:  # no snapshot: the sinks take each epoch's changes
+            return 1 << 30
+        first_read = []
+        for spec in self.job.states:
+            if not spec.incremental or (self.base is not None and self.base_parallelism != self.job.parallelism):
+                first_read.append(1)
+            elif self.base is None:  # the first, sealed, then full_every - 1 deltas, then a full one
+                first_read.append(self.full_every + 1)
+            else:
+                first_read.append(max(1, self.full_every - self.chain_lengths.get(spec.operator, 0) + 1))
+        return min(first_read, default=1) + KEEP - 1
 
     def _stateless_handles(self) -> list[StateHandle]:
         """A source subtask acks the partitions it reads (their offsets are the catalog's cut); a stateless

@@ -7,7 +7,7 @@ backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
 SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
 
 1. the records' contributions, aggregated per (subtask, key) in Spark (partial
-   aggregation, one shuffle of the epoch's records);
+   aggregation before the shuffle), then routed to their store's partition;
 2. one task per store that folds them into the touched keys' rows in SQLite
    and returns those rows: the epoch's changelog, which is what the operator
    emits, what an incremental snapshot holds and what an upsert sink commits.
@@ -36,6 +36,7 @@ host, or a shared mount).
 from __future__ import annotations
 
 import hashlib
+from functools import reduce
 import shutil
 import sqlite3
 import tempfile
@@ -52,12 +53,14 @@ from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko, store_tasks
 from spark_jobs.keyed_state import SUBTASK, group_metrics, with_subtask
-from spark_jobs.local_store import SUPPORTED, Layout, StoreVersionError, SubtaskStore
+from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+#: a column of the apply's output while it is observed: its epoch's index times the parallelism, plus its subtask
+EPOCH_GROUP = "_epoch_subtask"
 
 
 def store_root(state_uri: str, job: str) -> Path:
@@ -120,7 +123,7 @@ class StoreState:
     def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
         """The state as of ``version`` (``since``: the rows changed after that version), read by one
         Spark task per store."""
-        if since is not None and since == self.prev and self.changes is not None:
+        if (since or 0) == self.prev and self.changes is not None:  # version 0: the stores were empty
             return self.changes
         one_per_store = spark.range(0, self.parallelism, 1, self.parallelism)  # partition i: store i
         return one_per_store.mapInArrow(store_tasks.read_task(self.directory, self.layout, self.version, since),
@@ -134,39 +137,55 @@ def _by_store(rows: DataFrame, parallelism: int) -> DataFrame:
     return rows.repartitionById(parallelism, SUBTASK)
 
 
-def aggregate(spark: SparkSession, state: StoreState, rows: DataFrame, node: object, checkpoint_id: int,
-              subtasks: frozenset[int] | None = None) -> StoreState:
-    """Epoch ``checkpoint_id`` of a keyed aggregate on its stores; ``subtasks``: only these take records (a
-    partial recovery: the others are past the epoch already)."""
-    keys = list(node.key_names)
+def aggregate(spark: SparkSession, state: StoreState, epochs: list[tuple[int, DataFrame]], node: object,
+              subtasks: frozenset[int] | None = None) -> list[StoreState]:
+    """Epochs ``(checkpoint id, rows)`` of a keyed aggregate on its stores, in order, in one Spark job: one
+    epoch, or several at once (a catch-up, ``Dataflow.epochs``); its state after each. ``subtasks``: only
+    these take records (a partial recovery: the others are past the epoch already)."""
+    keys, p = list(node.key_names), state.parallelism
     contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
     merges = []
     for name, agg in node.aggregates.items():
         for column, value, merge in ko._parts(name, agg):
             contributions.append(value.alias(column))
             merges.append(merge(F.col(column)).alias(column))
-    pre = with_subtask(rows.select(*contributions), keys, state.parallelism, state.max_parallelism)
+    parts = [rows.select(*contributions, F.lit(checkpoint_id).cast("long").alias("updated"))
+             for checkpoint_id, rows in epochs]
+    # aggregated per key and epoch first (partial aggregation before its shuffle: an epoch's records
+    # shrink to its distinct keys), then routed to their store's partition (a second, small shuffle).
+    # Routing the records first would shuffle every record: 3-4x slower on wordcount's 5e5 words.
+    per_key = with_subtask(reduce(DataFrame.unionByName, parts).groupBy("updated", *keys).agg(*merges), keys, p,
+                           state.max_parallelism)
     if subtasks is not None:
-        pre = pre.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    # one shuffle: routed to their store's partition, then aggregated per key there (the grouping
-    # includes the partitioning column, so Spark adds no exchange)
-    batch = (_by_store(pre, state.parallelism).groupBy(SUBTASK, *keys).agg(*merges)
-             .select(SUBTASK, *state.columns[:-1], F.lit(checkpoint_id).cast("long").alias("updated")))
-    prev = state.version
-    # the delta of checkpoint n is these rows: written by the same tasks (a partial recovery leaves it to
+        per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
+    batch = _by_store(per_key, p).select(SUBTASK, *state.columns)
+    ids = [checkpoint_id for checkpoint_id, _ in epochs]
+    prevs = [state.version, *ids[:-1]]
+    # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
-    delta = None if state.snapshots is None or subtasks is not None else \
-        f"{state.snapshots}/chk-{checkpoint_id}/{state.operator}"
-    if delta is not None:  # an earlier attempt's files (at another parallelism, say) are not this one's
+    deltas = None if state.snapshots is None or subtasks is not None else \
+        [f"{state.snapshots}/chk-{checkpoint_id}/{state.operator}" for checkpoint_id in ids]
+    for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
         shutil.rmtree(delta, ignore_errors=True)
 
-    observation = Observation(f"changes-{checkpoint_id}-{state.operator}")
-    apply = store_tasks.apply_task(state.directory, state.layout, SUBTASK, checkpoint_id, prev, delta)
+    observation = Observation(f"changes-{ids[0]}-{ids[-1]}-{state.operator}")
+    # rows and checksum per epoch and subtask: group k * p + i is subtask i's of the k-th epoch
+    index = F.array_position(F.array(*[F.lit(c).cast("long") for c in ids]), F.col("updated")).cast("int") - 1
+    apply = store_tasks.apply_task(state.directory, state.layout, SUBTASK, ids, state.version, deltas)
     out = (batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-           .observe(observation, *group_metrics(state.columns, SUBTASK, state.parallelism))
+           .withColumn(EPOCH_GROUP, index * F.lit(p) + F.col(SUBTASK))
+           .observe(observation, *group_metrics(state.columns, EPOCH_GROUP, len(ids) * p))
+           .drop(EPOCH_GROUP)
            .localCheckpoint(eager=True))
-    written = None if delta is None else {"uri": "file://" + delta, "metrics": observation.get}
-    return replace(state, version=checkpoint_id, prev=prev, changes=out.drop(SUBTASK), written=written)
+    metrics = observation.get
+    states = []
+    for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
+        changes = out if len(ids) == 1 else out.where(F.col("updated") == F.lit(checkpoint_id))
+        mine = {f"{m}_{i}": metrics.get(f"{m}_{k * p + i}") for m in ("rows", "xor") for i in range(p)}
+        written = None if deltas is None else {"uri": "file://" + deltas[k], "metrics": mine}
+        states.append(replace(state, version=checkpoint_id, prev=prev, changes=changes.drop(SUBTASK),
+                              written=written))
+    return states
 
 
 class StoreBackend:
@@ -185,7 +204,7 @@ class StoreBackend:
         for spec in job.states:
             layout = layout_of(nodes[spec.operator], spec)
             if layout is not None:
-                shape = hashlib.sha256(repr((layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
+                shape = hashlib.sha256(repr((FORMAT, layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
                 directory = root / spec.operator / f"p{p}-g{max_parallelism}-{shape}"
                 self.states[spec.operator] = StoreState(spec.operator, str(directory), layout,
                                                         spark_schema(spec.columns), p, max_parallelism, 0,

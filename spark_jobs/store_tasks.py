@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 
@@ -35,10 +36,11 @@ def checked(batches: Iterator[pa.RecordBatch], subtask: str, i: int) -> Iterator
             yield batch
 
 
-def apply_task(directory: str, layout: Layout, subtask: str, checkpoint_id: int, prev: int,
-               delta: str | None) -> Task:
-    """Fold epoch ``checkpoint_id``'s per-key contributions into the store at ``prev``; yields the changed
-    rows (with ``subtask``), and writes them as the subtask's delta file under ``delta`` when given."""
+def apply_task(directory: str, layout: Layout, subtask: str, versions: list[int], prev: int,
+               deltas: list[str] | None) -> Task:
+    """Fold the per-key contributions of epochs ``versions`` (a row's ``updated`` is its epoch) into the
+    store at ``prev``; yields the changed rows of each epoch (with ``subtask``), and writes each epoch's
+    as the subtask's delta file under its folder in ``deltas`` when given."""
     columns = layout.columns
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -46,9 +48,11 @@ def apply_task(directory: str, layout: Layout, subtask: str, checkpoint_id: int,
         mine = [b.select(columns) for b in checked(batches, subtask, i)]
         table = pa.Table.from_batches(mine) if mine else layout.schema.empty_table()
         with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
-            out = store.apply(table, checkpoint_id, prev)
-        if delta is not None and out.num_rows:
-            write_delta(out, f"{delta}/{subtask}={i}")
+            out = store.apply(table, versions, prev)
+        for version, delta in zip(versions, deltas, strict=True) if deltas is not None else ():
+            rows = out if len(versions) == 1 else out.filter(pc.equal(out.column("updated"), version))
+            if rows.num_rows:
+                write_delta(rows, f"{delta}/{subtask}={i}")
         yield from out.append_column(subtask, pa.array([i] * out.num_rows, pa.int32())).to_batches()
 
     return apply

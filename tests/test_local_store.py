@@ -8,6 +8,7 @@ A retried epoch changes nothing; a store cannot skip or repeat a version; a bulk
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -74,6 +75,44 @@ def test_reads_as_of_every_kept_version_and_rollback_equal_the_model(tmp_path_fa
         if back < len(sequence):  # and the epoch after it applies again on top
             s.apply(contributions(sequence[back], back + 1), back + 1, back)
             assert as_dict(s.rows_as_of(back + 1)) == history[back + 1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(epochs, st.lists(st.integers(1, 5), min_size=1, max_size=9))
+def test_epochs_applied_together_equal_them_applied_one_by_one(tmp_path_factory, sequence, sizes):
+    """A catch-up folds several epochs in one apply: each epoch's changed rows, the state, the versions
+    it can be read as of, and a rollback are those of the epochs applied one at a time (the model)."""
+    s = SubtaskStore(tmp_path_factory.mktemp("store") / "subtask-0", LAYOUT)
+    s.load([], 0)
+    with s:
+        history, done = {0: {}}, 0
+        for size in sizes:
+            versions = list(range(done + 1, min(done + size, len(sequence)) + 1))
+            if not versions:
+                break
+            together = pa.concat_tables([contributions(sequence[v - 1], v) for v in versions])
+            out = s.apply(together, versions, done)
+            for v in versions:
+                history[v] = model_step(history[v - 1], sequence[v - 1], v)
+                mine = out.filter(pa.compute.equal(out.column("updated"), v))
+                assert as_dict([mine]) == {k: history[v][k] for k in sequence[v - 1]}
+            done = versions[-1]
+            info = s.info()
+            assert (info.version, info.rows, info.floor) == (done, len(history[done]), max(0, done - KEEP + 1))
+            for v in range(info.floor, done + 1):
+                assert as_dict(s.rows_as_of(v)) == history[v]
+                assert as_dict(s.rows_as_of(done, v)) == {k: r for k, r in history[done].items() if r[5] > v}
+        s.rollback(s.info().floor)
+        assert as_dict(s.rows_as_of(s.info().floor)) == history[s.info().floor]
+
+
+def test_a_retried_catch_up_rolls_back_and_returns_the_same_rows(store):
+    together = pa.concat_tables([contributions({"a": (0, 3), "b": (0, 1)}, 1), contributions({"a": (0, 2)}, 2)])
+    first = store.apply(together, [1, 2], 0)
+    again = store.apply(together, [1, 2], 0)
+    assert again.to_pylist() == first.to_pylist()
+    assert as_dict(store.rows_as_of(2)) == {"a": (2, 3, 5.0, 2, 2.5, 2), "b": (1, 1, 1.0, 1, 1.0, 1)}
+    assert as_dict(store.rows_as_of(1)) == {"a": (1, 3, 3.0, 1, 3.0, 1), "b": (1, 1, 1.0, 1, 1.0, 1)}
 
 
 def test_a_retried_epoch_returns_its_rows_and_changes_nothing(store):
