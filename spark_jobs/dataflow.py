@@ -93,10 +93,10 @@ class Dataflow:
 
     # -- several epochs at once ---------------------------------------------------------------------
     def fusable(self, states: dict[str, DataFrame | StoreState]) -> bool:
-        """Whether epochs can run together (``epochs``): every stateful operator is a keyed aggregate on
+        """Whether epochs can run together (``epochs``): the job keeps state, every stateful operator is a keyed aggregate on
         local stores whose records come from the sources through stateless operators alone (what it
         emits may feed only stateless operators and sinks), and there is no loop."""
-        return self.loop is None and all(
+        return self.loop is None and bool(self.job.states) and all(
             isinstance(states.get(st.operator), StoreState) and self._stateless(self.nodes[st.operator].inputs[0])
             for st in self.job.states)
 

@@ -16,6 +16,11 @@ SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
    goes, likewise), its rows and checksum observed in that pass; the
    asynchronous phase then only seals and acks it.
 
+A catch-up runs its pending epochs together (``Dataflow.epochs``): one Spark job
+aggregates each epoch's records per (epoch, key), and each store's task folds
+them in epoch order in one transaction and writes each epoch's delta, so the
+epochs cost one job, not one each.
+
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
 next epoch may already be applied), in Spark tasks: nothing is collected to the
 driver. A run starts from the stores as they are when they hold the checkpoint

@@ -79,9 +79,11 @@ def sinks(ws, tmp_path: Path) -> tuple:
     return per_sensor, per_bucket, high
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def one_at_a_time(tmp_path_factory, spark) -> tuple:
-    """The reference: the same catch-up, one epoch at a time (its acks, its sinks)."""
+    """The reference: the same catch-up, one epoch at a time (its acks, its sinks). Session-scoped: the
+    suite runs its tests heaviest first, so a module's tests are not contiguous and a module-scoped
+    fixture would be made again for each."""
     tmp_path = tmp_path_factory.mktemp("alone") / "alone"
     with pytest.MonkeyPatch.context() as monkeypatch:
         ws, out = catch_up(tmp_path, spark, monkeypatch, 1)
