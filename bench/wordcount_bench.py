@@ -23,7 +23,8 @@ Scenarios (one local[2] SparkSession, parallelism 2, JIT warmed up first):
              batch already committed. The JSON keeps each run's time, SS's own batch durations
              (durationMs) and the state files the checkpoint holds by kind (.changelog, .zip, .delta,
              .snapshot): the evidence of which store wrote it.
-  batch      one plain batch job over all the input (counts written as Parquet).
+  batch      one plain batch job over all the input (counts written as Parquet), taking its turn with
+             the catch-up modes --repeat times (median).
 Every scenario's final counts must be equal (catch-up sinks, per-epoch sink, both SS sinks, the
 batch output): the figures come from runs that computed the same thing.
 
@@ -336,16 +337,21 @@ def main() -> None:
         structured_streaming(spark, base / "warm-up", pool, 1)
         results: dict = {"records": records, "epochs": args.epochs, "quick": args.quick, "machine": machine(spark)}
         samples: dict[str, list[dict]] = {m: [] for m in MODES}
-        for rep, mode in turns(MODES, args.repeat):
+        batch_s: list[float] = []
+        # the plain batch job takes its turn with the catch-up modes: their ratio is side by side
+        for rep, mode in turns((*MODES, "batch"), args.repeat):
+            if mode == "batch":
+                console.print(f"plain batch job (repetition {rep + 1})")
+                batch_s.append(plain_batch(spark, pool, base / "batch-out"))
+                continue
             console.print(f"catch-up, snapshots {mode} (repetition {rep + 1})")
             samples[mode].append(catch_up(spark, base, pool, args.epochs, mode))
         results["catch_up"] = summarize(samples, records)
+        results["plain_batch_s"], results["plain_batch_all_s"] = statistics.median(batch_s), batch_s
         console.print("one epoch per run (async)")
         results["per_epoch"] = per_epoch(spark, base, pool, args.epochs)
         console.print("Spark Structured Streaming, one epoch per run, RocksDB and HDFS-backed state stores")
         results["structured_streaming"] = structured_streaming(spark, base, pool, args.epochs)
-        console.print("plain batch job")
-        results["plain_batch_s"] = statistics.median(plain_batch(spark, pool, base / "batch-out") for _ in range(3))
         batch_counts = parquet_counts(base / "batch-out")
     finally:
         spark.stop()
