@@ -48,7 +48,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -57,15 +57,13 @@ from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko, store_tasks
-from spark_jobs.keyed_state import SUBTASK, group_metrics, with_subtask
+from spark_jobs.keyed_state import SUBTASK, metrics_by, with_subtask
 from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
-#: a column of the apply's output while it is observed: its epoch's index times the parallelism, plus its subtask
-EPOCH_GROUP = "_epoch_subtask"
 
 
 def store_root(state_uri: str, job: str) -> Path:
@@ -135,6 +133,13 @@ class StoreState:
                               self.schema)
 
 
+def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
+    """An epoch's changes as its apply wrote them: the delta files of ``subtasks`` (those with rows)."""
+    if not subtasks:
+        return spark.createDataFrame([], state.schema)
+    return spark.read.schema(state.schema).parquet(*[f"{delta}/{SUBTASK}={i}" for i in subtasks])
+
+
 def _by_store(rows: DataFrame, parallelism: int) -> DataFrame:
     """``rows`` (with a subtask column) partitioned so that Spark partition i holds subtask i's rows alone:
     one task per store, run for every store (rows or not), and an aggregation grouping by the subtask
@@ -173,23 +178,24 @@ def aggregate(spark: SparkSession, state: StoreState, epochs: list[tuple[int, Da
     for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
         shutil.rmtree(delta, ignore_errors=True)
 
-    observation = Observation(f"changes-{ids[0]}-{ids[-1]}-{state.operator}")
-    # rows and checksum per epoch and subtask: group k * p + i is subtask i's of the k-th epoch
-    index = F.array_position(F.array(*[F.lit(c).cast("long") for c in ids]), F.col("updated")).cast("int") - 1
     apply = store_tasks.apply_task(state.directory, state.layout, SUBTASK, ids, state.version, deltas)
-    out = (batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-           .withColumn(EPOCH_GROUP, index * F.lit(p) + F.col(SUBTASK))
-           .observe(observation, *group_metrics(state.columns, EPOCH_GROUP, len(ids) * p))
-           .drop(EPOCH_GROUP)
-           .localCheckpoint(eager=True))
-    metrics = observation.get
+    applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
+    if deltas is None:  # the snapshot writer writes the deltas from these rows
+        out = applied.localCheckpoint(eager=True)
+        return [replace(state, version=checkpoint_id, prev=prev, written=None,
+                        changes=(out if len(ids) == 1 else out.where(F.col("updated") == F.lit(checkpoint_id))).drop(SUBTASK))
+                for checkpoint_id, prev in zip(ids, prevs, strict=True)]
+    # the apply runs inside this aggregation of its rows' counts and checksums, and nothing keeps the rows:
+    # an epoch's changes are the delta files it wrote
+    found = metrics_by(applied, state.columns, ["updated", SUBTASK])
     states = []
     for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
-        changes = out if len(ids) == 1 else out.where(F.col("updated") == F.lit(checkpoint_id))
-        mine = {f"{m}_{i}": metrics.get(f"{m}_{k * p + i}") for m in ("rows", "xor") for i in range(p)}
-        written = None if deltas is None else {"uri": "file://" + deltas[k], "metrics": mine}
-        states.append(replace(state, version=checkpoint_id, prev=prev, changes=changes.drop(SUBTASK),
-                              written=written))
+        mine = {}
+        for i in range(p):
+            mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
+        changes = _delta_rows(spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]])
+        written = {"uri": "file://" + deltas[k], "metrics": mine}
+        states.append(replace(state, version=checkpoint_id, prev=prev, changes=changes, written=written))
     return states
 
 
