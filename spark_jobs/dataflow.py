@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable
+from functools import cache, cached_property, reduce
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.types import ddl
 from spark_jobs import keyed_operators as ko
+from spark_jobs.epoch_source import keeps_input_file
 from spark_jobs.record_parsing import record_schema
 from spark_jobs.spark_types import spark_schema
 from spark_jobs import store_backend
@@ -105,15 +107,25 @@ class Dataflow:
         return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
 
     def epochs(self, spark: SparkSession, states: dict[str, StoreState], records: list[tuple[int, dict]],
-               watermarks: dict[str, int | None]) -> list[EpochOutput]:
+               watermarks: dict[str, int | None], together: tuple[dict, Column] | None = None) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
         of them in one Spark job (``store_backend.aggregate``: its cost is one job's, not one per epoch),
-        then each epoch's outputs are what ``epoch`` gives."""
+        then each epoch's outputs are what ``epoch`` gives. ``together``: the same records read in one
+        scan, and the column giving each its epoch (``epoch_source.epoch_of_file``), used where the stream
+        into an aggregate is computed row by row from the scan (``epoch_source.keeps_input_file``)."""
+        ids = [c for c, _ in records]
         applied = {}
         for st in self.job.states:
             node = self.nodes[st.operator]
-            applied[st.operator] = store_backend.aggregate(
-                spark, states[st.operator], [(c, self.stream_of(spark, node.inputs[0], r)) for c, r in records], node)
+            tagged = None
+            if together is not None:
+                stream = self.stream_of(spark, node.inputs[0], together[0])
+                if keeps_input_file(stream):
+                    tagged = stream.withColumn(store_backend.EPOCH, together[1])
+            if tagged is None:
+                tagged = reduce(DataFrame.unionByName, [
+                    store_backend.tagged(self.stream_of(spark, node.inputs[0], r), c) for c, r in records])
+            applied[st.operator] = store_backend.aggregate(spark, states[st.operator], ids, tagged, node)
         return [self.epoch(spark, states, r, None, watermarks, c, None, applied={op: a[k] for op, a in applied.items()})
                 for k, (c, r) in enumerate(records)]
 
@@ -126,19 +138,20 @@ class Dataflow:
         verify's); ``subtasks``: a partial recovery's subtasks behind the epoch (the store operators take
         only their records; the runner merges DataFrame states itself); ``applied``: the stores' states
         after this epoch, applied already (``epochs``)."""
-        streams: dict[str, DataFrame] = {}
+        # a stream is planned when something reads it: a catch-up's aggregates have read their records already
+        streams: dict[str, Callable[[], DataFrame]] = {}
         out = EpochOutput(states={})
         for node in self.spec.nodes:
             ins = [streams[i] for i in node.inputs]
             if node.kind == "source":
-                streams[node.name] = records[node.name]
+                streams[node.name] = cache(lambda name=node.name: records[name])
             elif node.kind in ("map", "filter", "flat_map"):
-                streams[node.name] = node.fn(ins[0])
+                streams[node.name] = cache(lambda fn=node.fn, into=ins[0]: fn(into()))
             elif node.kind == "sink":
                 spec = next(s for s in self.job.sinks if s.name == node.name)
                 if not spec.from_state:
                     cols = [c for c, _ in spec.columns]
-                    out.outputs[node.name] = ins[0].select(*cols)
+                    out.outputs[node.name] = ins[0]().select(*cols)
             else:
                 spec = self.job.state(node.name)
                 state = states[node.name]
@@ -146,13 +159,14 @@ class Dataflow:
                     state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
                 if isinstance(state, StoreState):
                     new_state = applied[node.name] if applied else store_backend.aggregate(
-                        spark, state, [(checkpoint_id, ins[0])], node, subtasks)[0]
+                        spark, state, [checkpoint_id], store_backend.tagged(ins[0](), checkpoint_id), node,
+                        subtasks)[0]
                     emitted = new_state.changes
                 else:
-                    new_state, emitted = self._keyed(spark, node, spec, state, ins, back_edge, watermarks, out,
-                                                     checkpoint_id, max_rounds, dry)
+                    new_state, emitted = self._keyed(spark, node, spec, state, [i() for i in ins], back_edge,
+                                                     watermarks, out, checkpoint_id, max_rounds, dry)
                 out.states[node.name] = new_state
-                streams[node.name] = emitted
+                streams[node.name] = cache(lambda emitted=emitted: emitted)
                 if dry:
                     self._schemas[node.name] = new_state.schema
         return out

@@ -15,6 +15,7 @@ whatever is left parses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +59,40 @@ def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSe
     if jsonl:
         parts[-1] = parts[-1].select(json_line(F.col("value")).alias("line"))
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+
+
+#: a path that Spark's ``input_file_name()`` spells as ``file://`` and the path itself (nothing percent-encoded)
+PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+#: the logical operators between a file scan and a row after which ``input_file_name()`` still names the file
+#: the row came from: row by row, in the scan's task (no shuffle, no batch handed to a Python worker)
+NARROW = frozenset({"LogicalRelation", "LocalRelation", "Project", "Filter", "Generate", "Union"})
+
+
+def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSegment]]]) -> Column | None:
+    """A column giving a record of several epochs ``(checkpoint id, segments)``, read in one scan, its epoch by
+    the file it was read from: valid on a stream for which ``keeps_input_file`` holds. None when a path is one
+    Spark would percent-encode (``PLAIN_PATH``).
+
+    One scan of a catch-up's files runs as few tasks as one epoch's scan: a union of one scan per epoch runs a
+    task per segment at least, each aggregating its own few words."""
+    files = {str(input_dir / s.partition / s.name): c for c, segments in epochs for s in segments}
+    if not all(PLAIN_PATH.fullmatch(path) for path in files):
+        return None
+    epoch_of = F.create_map(*[F.lit(x) for path, c in files.items() for x in ("file://" + path, c)])
+    return epoch_of[F.input_file_name()].cast("long")
+
+
+def keeps_input_file(df: DataFrame) -> bool:
+    """Whether every row of ``df`` is computed row by row from the file row it came from, in the task that
+    scans it (``NARROW``), so that ``input_file_name()`` on it names that file."""
+    todo = [df._jdf.queryExecution().optimizedPlan()]
+    while todo:
+        node = todo.pop()
+        if node.nodeName() not in NARROW:
+            return False
+        children = node.children()
+        todo += [children.apply(i) for i in range(children.size())]
+    return True
 
 
 def json_line(value: Column) -> Column:

@@ -185,6 +185,11 @@ class SubtaskStore:
         transaction. Returns each touched key's row after each epoch. A retried task (the store at the
         last version already): rolled back to ``prev`` and applied again, so it returns the same rows."""
         versions = [versions] if isinstance(versions, int) else list(versions)
+        epochs = contributions.column("updated")
+        if contributions.num_rows and not pc.all(pc.is_in(epochs, value_set=pa.array(versions, epochs.type))).as_py():
+            # a record no epoch claimed (``epoch_source.epoch_of_file``) would be folded nowhere: fail instead
+            strays = sorted(set(epochs.to_pylist()) - set(versions), key=str)
+            raise StoreVersionError(f"store {self.dir}: contributions of epochs {strays} given to epochs {versions}")
         con, lay = self.con, self.layout
         con.execute("BEGIN IMMEDIATE")
         try:

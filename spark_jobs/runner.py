@@ -14,10 +14,11 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Callable, Iterator, Mapping
+from functools import cache, cached_property
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from sqlalchemy import select
 
 from coordinator.checkpoints import recovery, weak
@@ -29,7 +30,7 @@ from coordinator.checkpoints.store import CheckpointStore
 from coordinator.sources.record_formats import ParquetFiles
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import dataflow_of
-from spark_jobs.epoch_source import read_epoch, read_lines, read_parquet_epoch
+from spark_jobs.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
 from spark_jobs.progress import Steps
 from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
@@ -73,6 +74,22 @@ class RunReport:
 #: a catch-up runs at most this many epochs, and this many records, at once (``EpochRunner._together``)
 TOGETHER_EPOCHS = 16
 TOGETHER_RECORDS = 5_000_000
+
+
+class _Later(Mapping):
+    """A mapping made by ``make`` the first time it is read."""
+
+    def __init__(self, make: Callable[[], dict]) -> None:
+        self._make = cache(make)
+
+    def __getitem__(self, key: str) -> DataFrame:
+        return self._make()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._make())
+
+    def __len__(self) -> int:
+        return len(self._make())
 
 
 def log(msg: str) -> None:
@@ -176,13 +193,19 @@ class EpochRunner:
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore_weak(
             point, heads, skip)
 
+    def _of_source(self, name: str, partitions: list):
+        """The segments, or (partition, offset) pairs, of source ``name`` (a job with several sources has a
+        directory per source)."""
+        if len(self.job.sources) == 1:
+            return partitions
+        return [x for x in partitions
+                if (x.partition if isinstance(x, SourceSegment) else x[0]).split("/", 1)[0] == name]
+
     def read_records(self, plan: EpochPlan) -> dict:
         """The epoch's records of every source, parsed (``spark_jobs.record_parsing``)."""
         records = {}
-        many = len(self.job.sources) > 1
         for name, fmt in self.job.sources:
-            segments = [s for s in plan.segments if not many or s.partition.split("/", 1)[0] == name]
-            dead = [(p, o) for p, o in plan.dead_offsets if not many or p.split("/", 1)[0] == name]
+            segments, dead = self._of_source(name, plan.segments), self._of_source(name, plan.dead_offsets)
             if isinstance(fmt, ParquetFiles):
                 lines = read_parquet_epoch(self.spark, self.input_dir, segments, [c for c, _ in fmt.fields], dead)
                 if lines is None:
@@ -194,6 +217,20 @@ class EpochRunner:
                 lines = read_lines(self.spark, self.input_dir, segments)
             records[name] = parse(fmt, lines)
         return records
+
+    def read_together(self, group: list[EpochPlan]) -> tuple[dict, Column] | None:
+        """The records of the epochs of ``group`` in one scan per source, and the column giving a record its
+        epoch (``epoch_source.epoch_of_file``); None unless every source is read as plain lines (no sequence
+        numbers, no dead letters, no line checks)."""
+        if self.flow.needs_sequence_numbers or any(plan.dead_offsets for plan in group) or any(
+                isinstance(fmt, ParquetFiles) or fmt.checks_each_line for _, fmt in self.job.sources):
+            return None
+        epoch_of = epoch_of_file(self.input_dir, [(plan.checkpoint_id, plan.segments) for plan in group])
+        if epoch_of is None:
+            return None
+        segments = [s for plan in group for s in plan.segments]
+        return {name: parse(fmt, read_lines(self.spark, self.input_dir, self._of_source(name, segments)))
+                for name, fmt in self.job.sources}, epoch_of
 
     # -- the loop --------------------------------------------------------------------
     def run(self, restored: Restored | None = None) -> RunReport:
@@ -312,8 +349,9 @@ class EpochRunner:
     def _run_together(self, group: list[EpochPlan], states: dict[str, DataFrame], watermarks: dict[str, int | None],
                       writer: SnapshotWriter, report: RunReport, steps: Steps, before: int, total: int) -> None:
         t0 = time.perf_counter()
-        outs = self.flow.epochs(self.spark, states, [(plan.checkpoint_id, self.read_records(plan)) for plan in group],
-                                watermarks)
+        # an epoch's own reads are planned only if something asks for them (``Dataflow.epoch``)
+        records = [(plan.checkpoint_id, _Later(lambda plan=plan: self.read_records(plan))) for plan in group]
+        outs = self.flow.epochs(self.spark, states, records, watermarks, self.read_together(group))
         share = (time.perf_counter() - t0) / len(group)
         for k, (plan, out) in enumerate(zip(group, outs, strict=True), before + 1):
             t1 = time.perf_counter()

@@ -45,7 +45,7 @@ from coordinator.checkpoints.lifecycle import AckResult, FailureReason
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
-from spark_jobs import back_edge_log, keyed_state
+from spark_jobs import back_edge_log, keyed_state, store_backend
 from spark_jobs.dataflow import Dataflow
 from spark_jobs.local_store import KEEP
 from spark_jobs.store_backend import StoreState
@@ -323,6 +323,8 @@ class SnapshotWriter:
             # job's first snapshot the stores started empty, so that delta is the whole state
             metrics = dict(state.written["metrics"])
             metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(p))
+        elif isinstance(state, StoreState) and full and state.snapshots is not None and epoch.subtasks is None:
+            metrics = store_backend.write_full(self.spark, state, base)
         else:
             if full:
                 rows = state.rows(self.spark) if isinstance(state, StoreState) else state

@@ -19,11 +19,16 @@ SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
 A catch-up runs its pending epochs together (``Dataflow.epochs``): one Spark job
 aggregates each epoch's records per (epoch, key), and each store's task folds
 them in epoch order in one transaction and writes each epoch's delta, so the
-epochs cost one job, not one each.
+epochs cost one job, not one each. Where the records reach the aggregate row by
+row from a scan of plain lines, that job scans all the epochs' files at once and
+tells a record's epoch by its file (``epoch_source.epoch_of_file``). The rows
+each task returns are only counted and checksummed (``keyed_state.metrics_by``):
+an epoch's changes, for whatever reads them, are its delta files.
 
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
 next epoch may already be applied), in Spark tasks: nothing is collected to the
-driver. A run starts from the stores as they are when they hold the checkpoint
+driver. For a local state root those tasks write the snapshot's files themselves,
+as they write the deltas (``write_full``). A run starts from the stores as they are when they hold the checkpoint
 it restores (or can roll back to it); otherwise it loads them from the
 checkpoint's snapshot files, read and checked as before. The snapshots stay the
 durable truth: a lost store directory costs a reload, never data.
@@ -41,6 +46,7 @@ host, or a shared mount).
 from __future__ import annotations
 
 import hashlib
+from operator import xor
 from functools import reduce
 import shutil
 import sqlite3
@@ -64,6 +70,8 @@ from spark_jobs.spark_types import spark_schema, spark_type
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+#: the column that tells ``aggregate`` a record's epoch (``tagged``)
+EPOCH = "_abs_epoch"
 
 
 def store_root(state_uri: str, job: str) -> Path:
@@ -133,6 +141,26 @@ class StoreState:
                               self.schema)
 
 
+def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict:
+    """The full snapshot of the stores as of ``state.version``, for a local state root: one task per store
+    writes its subtask's file, as the deltas are written (none of Spark's file commit protocol). Returns the
+    rows and checksum of each subtask and the rows changed after ``base`` (``changed``), in the names of
+    ``keyed_state.group_metrics``."""
+    folder = f"{state.snapshots}/chk-{state.version}/{state.operator}"
+    shutil.rmtree(folder, ignore_errors=True)  # the epoch's delta, an earlier attempt's files
+    dump = store_tasks.dump_task(state.directory, state.layout, state.version, folder, SUBTASK)
+    rows = spark.range(0, state.parallelism, 1, state.parallelism).mapInArrow(
+        dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
+    changed = F.lit(True) if base is None else F.col("updated") > F.lit(base)
+    found = metrics_by(rows.withColumn("_changed", changed), state.columns, [SUBTASK, "_changed"])
+    metrics = {"changed": sum(n for (_, new), (n, _) in found.items() if new)}
+    for i in range(state.parallelism):
+        mine = [v for (subtask, _), v in found.items() if subtask == i]
+        metrics[f"rows_{i}"] = sum(n for n, _ in mine)
+        metrics[f"xor_{i}"] = reduce(xor, [x for _, x in mine]) if mine else None
+    return metrics
+
+
 def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
     """An epoch's changes as its apply wrote them: the delta files of ``subtasks`` (those with rows)."""
     if not subtasks:
@@ -147,11 +175,17 @@ def _by_store(rows: DataFrame, parallelism: int) -> DataFrame:
     return rows.repartitionById(parallelism, SUBTASK)
 
 
-def aggregate(spark: SparkSession, state: StoreState, epochs: list[tuple[int, DataFrame]], node: object,
+def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
+    """The records of one epoch, tagged with it for ``aggregate``."""
+    return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
+
+
+def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
               subtasks: frozenset[int] | None = None) -> list[StoreState]:
-    """Epochs ``(checkpoint id, rows)`` of a keyed aggregate on its stores, in order, in one Spark job: one
-    epoch, or several at once (a catch-up, ``Dataflow.epochs``); its state after each. ``subtasks``: only
-    these take records (a partial recovery: the others are past the epoch already)."""
+    """The records of epochs ``ids`` (each tagged with its epoch in column ``EPOCH``) of a keyed aggregate on
+    its stores, in order, in one Spark job: one epoch, or several at once (a catch-up, ``Dataflow.epochs``);
+    its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
+    epoch already)."""
     keys, p = list(node.key_names), state.parallelism
     contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
     merges = []
@@ -159,17 +193,14 @@ def aggregate(spark: SparkSession, state: StoreState, epochs: list[tuple[int, Da
         for column, value, merge in ko._parts(name, agg):
             contributions.append(value.alias(column))
             merges.append(merge(F.col(column)).alias(column))
-    parts = [rows.select(*contributions, F.lit(checkpoint_id).cast("long").alias("updated"))
-             for checkpoint_id, rows in epochs]
     # aggregated per key and epoch first (partial aggregation before its shuffle: an epoch's records
     # shrink to its distinct keys), then routed to their store's partition (a second, small shuffle).
     # Routing the records first would shuffle every record, with no partial aggregation before it.
-    per_key = with_subtask(reduce(DataFrame.unionByName, parts).groupBy("updated", *keys).agg(*merges), keys, p,
-                           state.max_parallelism)
+    per_key = with_subtask(rows.select(*contributions, F.col(EPOCH).alias("updated")).groupBy("updated", *keys)
+                           .agg(*merges), keys, p, state.max_parallelism)
     if subtasks is not None:
         per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
     batch = _by_store(per_key, p).select(SUBTASK, *state.columns)
-    ids = [checkpoint_id for checkpoint_id, _ in epochs]
     prevs = [state.version, *ids[:-1]]
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)

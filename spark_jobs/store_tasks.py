@@ -1,4 +1,4 @@
-"""What runs inside the local stores' Spark tasks: apply an epoch, read, load.
+"""What runs inside the local stores' Spark tasks: apply an epoch, read, dump, load.
 
 Kept apart from ``spark_jobs.store_backend`` (which plans these tasks) so that a
 Python worker unpickling a task imports only this module, ``local_store`` and
@@ -70,6 +70,23 @@ def read_task(directory: str, layout: Layout, version: int, since: int | None) -
     return read
 
 
+def dump_task(directory: str, layout: Layout, version: int, snapshot: str, subtask: str) -> Task:
+    """Write the store of this task's partition as of ``version`` as the subtask's file of a full snapshot under
+    folder ``snapshot`` (none when it holds no row); yields the rows written (with ``subtask``)."""
+
+    def dump(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:  # the partition's one placeholder row
+            pass
+        i = TaskContext.get().partitionId()
+        with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
+            rows = pa.Table.from_batches(list(store.rows_as_of(version)), layout.schema)
+        if rows.num_rows:
+            write_delta(rows, f"{snapshot}/{subtask}={i}")
+        yield from rows.append_column(subtask, pa.array([i] * rows.num_rows, pa.int32())).to_batches()
+
+    return dump
+
+
 def load_task(directory: str, layout: Layout, subtask: str, version: int) -> Task:
     """Write the task's rows (one subtask's, sorted by key) as a new generation of its store at ``version``."""
 
@@ -83,7 +100,7 @@ def load_task(directory: str, layout: Layout, subtask: str, version: int) -> Tas
 
 
 def write_delta(rows: pa.Table, directory: str) -> None:
-    """One subtask's delta file, whole or not at all (a retried task writes the same rows again)."""
+    """One subtask's delta (or full snapshot) file, whole or not at all (a retried task writes the same rows again)."""
     os.makedirs(directory, exist_ok=True)
     tmp = f"{directory}/.part-00000.parquet.tmp"
     pq.write_table(rows, tmp, compression="snappy")

@@ -133,6 +133,18 @@ def test_a_store_refuses_to_skip_or_go_back_a_version(store):
         list(store.rows_as_of(2))
 
 
+def test_a_contribution_of_no_epoch_being_applied_fails_the_apply(store):
+    """A record a catch-up's scan placed in no epoch (``epoch_source.epoch_of_file``) fails the apply, whole."""
+    stray = pa.concat_tables([contributions({"a": (0, 1)}, 1), contributions({"b": (0, 2)}, 3)])
+    with pytest.raises(StoreVersionError, match=r"contributions of epochs \[3\] given to epochs \[1, 2\]"):
+        store.apply(stray, [1, 2], 0)
+    untagged = contributions({"a": (0, 1)}, 1).set_column(SCHEMA.get_field_index("updated"), "updated",
+                                                         pa.array([None], pa.int64()))
+    with pytest.raises(StoreVersionError, match=r"contributions of epochs \[None\]"):
+        store.apply(untagged, 1, 0)
+    assert store.info().version == 0 and as_dict(store.rows_as_of(0)) == {}
+
+
 def test_a_load_replaces_the_store_whole(tmp_path):
     s = SubtaskStore(tmp_path / "subtask-0", LAYOUT)
     s.load([contributions({"a": (0, 1), "b": (0, 2)}, 3).to_batches()[0]], 3)

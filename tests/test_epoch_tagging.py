@@ -1,0 +1,96 @@
+"""A catch-up of a job read as plain lines scans all its pending epochs' files at once, and tells a record's
+epoch by the file it came from (``epoch_source.epoch_of_file``): valid only where the stream into the keyed
+aggregate is computed row by row in the scan's task (``epoch_source.keeps_input_file``); elsewhere it reads
+the epochs one scan each. Both leave the same snapshots and sinks, and what plain Python counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from absreplay.job_discovery import get_job
+from absreplay_examples.wordcount import tokenize
+from coordinator.catalog.db import upgrade
+from coordinator.catalog.models import SourceSegment
+from spark_jobs import dataflow
+from spark_jobs.epoch_source import epoch_of_file, keeps_input_file, read_lines
+from tests.helpers import make_workspace
+
+pytestmark = pytest.mark.spark
+JOBS = str(Path(__file__).parent / "jobs")
+
+
+def segments(input_dir: Path, epochs: dict[int, list[str]]) -> list[tuple[int, list[SourceSegment]]]:
+    """Epoch -> lines, one segment file per line, in partitions p0 and p1 by turns."""
+    out = []
+    for c, lines in epochs.items():
+        mine = []
+        for i, line in enumerate(lines):
+            seg = SourceSegment(partition=f"p{i % 2}", name=f"seg-{c:04d}-{i}", first_offset=0, records=1)
+            (input_dir / seg.partition).mkdir(parents=True, exist_ok=True)
+            (input_dir / seg.partition / seg.name).write_text(line + "\n")
+            mine.append(seg)
+        out.append((c, mine))
+    return out
+
+
+def test_each_record_gets_the_epoch_of_its_file(tmp_path, spark) -> None:
+    epochs = segments(tmp_path, {3: ["a b", "c"], 4: ["d e f"], 7: ["g", "h i", "j"]})
+    lines = read_lines(spark, tmp_path, [s for _, segs in epochs for s in segs])
+    stream = tokenize(lines)
+    assert keeps_input_file(stream)
+    tagged = stream.withColumn("epoch", epoch_of_file(tmp_path, epochs))
+    assert sorted((r.word, r.epoch) for r in tagged.collect()) == [
+        ("a", 3), ("b", 3), ("c", 3), ("d", 4), ("e", 4), ("f", 4), ("g", 7), ("h", 7), ("i", 7), ("j", 7)]
+
+
+def test_a_path_spark_would_percent_encode_is_not_tagged(tmp_path) -> None:
+    epochs = segments(tmp_path / "with space", {1: ["a"]})
+    assert epoch_of_file(tmp_path / "with space", epochs) is None
+    assert epoch_of_file(tmp_path, [(1, [SourceSegment(partition="p0", name="seg+1", first_offset=0, records=1)])]) is None
+
+
+def test_only_row_by_row_streams_keep_the_input_file(tmp_path, spark) -> None:
+    lines = read_lines(spark, tmp_path, segments(tmp_path, {1: ["a b"]})[0][1])
+    words = tokenize(lines)
+    assert keeps_input_file(words.where(F.length("word") > 0).withColumn("n", F.lit(1)))
+    assert keeps_input_file(words.unionByName(words))
+    assert not keeps_input_file(words.select(F.udf(str.upper, "string")("word").alias("word")))
+    assert not keeps_input_file(words.groupBy("word").count())
+    assert not keeps_input_file(words.distinct())
+    assert not keeps_input_file(words.limit(1))
+    assert not keeps_input_file(words.repartition(2))
+    assert not keeps_input_file(words.join(words.withColumnRenamed("word", "w"), F.col("word") == F.col("w")))
+
+
+@pytest.mark.heavy(seconds=20)
+def test_a_catch_up_tags_by_file_where_it_can_and_scans_each_epoch_where_not(tmp_path, spark, monkeypatch) -> None:
+    seen = []
+
+    def spy(df):
+        seen.append(keeps_input_file(df))
+        return seen[-1]
+
+    monkeypatch.setattr(dataflow, "keeps_input_file", spy)
+    monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
+    acks = {}
+    for job, tagged_by_file in ((None, True), (get_job("words_by_udf"), False)):
+        url = f"sqlite:///{tmp_path / f'{tagged_by_file}.db'}"
+        upgrade(url)
+        ws = make_workspace(tmp_path / str(tagged_by_file), url, job, jobs_dir=JOBS)
+        for batch in range(4):
+            ws.land(batch, lines=150)
+            ws.coordinator.inject()
+        seen.clear()
+        report = ws.run_epochs(spark)
+        ws.coordinator.finalize()
+        assert seen == [tagged_by_file] and not report.failed
+        table = ws.job.sinks[0].target(url).read()
+        counts = dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
+        assert counts == ws.expected_latest()  # plain Python (absreplay_examples.recount)
+        acks[tagged_by_file] = {(a.checkpoint_id, a.subtask): (a.state_rows, a.checksum, a.base_checkpoint_id)
+                                for a in ws.store.all_acks(ws.job.name) if a.operator == "count"}
+    # the same words into the same subtasks: the same snapshots, whichever way the epochs were read
+    assert acks[True] == acks[False] and len(acks[True]) == 8
