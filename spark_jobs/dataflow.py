@@ -161,12 +161,12 @@ class Dataflow:
                     new_state = applied[node.name] if applied else store_backend.aggregate(
                         spark, state, [checkpoint_id], store_backend.tagged(ins[0](), checkpoint_id), node,
                         subtasks)[0]
-                    emitted = new_state.changes
+                    streams[node.name] = cache(lambda applied=new_state: applied.changes)
                 else:
                     new_state, emitted = self._keyed(spark, node, spec, state, [i() for i in ins], back_edge,
                                                      watermarks, out, checkpoint_id, max_rounds, dry)
+                    streams[node.name] = cache(lambda emitted=emitted: emitted)
                 out.states[node.name] = new_state
-                streams[node.name] = cache(lambda emitted=emitted: emitted)
                 if dry:
                     self._schemas[node.name] = new_state.schema
         return out

@@ -47,14 +47,15 @@ from __future__ import annotations
 
 import hashlib
 from operator import xor
-from functools import reduce
+from collections.abc import Callable
+from functools import cache, partial, reduce
 import shutil
 import sqlite3
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StructField, StructType
@@ -63,7 +64,7 @@ from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko, store_tasks
-from spark_jobs.keyed_state import SUBTASK, metrics_by, with_subtask
+from spark_jobs.keyed_state import SUBTASK, group_metrics, metrics_by, with_subtask
 from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
@@ -117,9 +118,9 @@ class StoreState:
     version: int
     #: the job's snapshot folder when the state root is local (the epoch's tasks write its delta there)
     snapshots: str | None = None
-    #: the version the epoch started from, and the rows it changed (None: restored, no epoch yet)
+    #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
     prev: int | None = None
-    changes: DataFrame | None = None
+    changes_of: Callable[[], DataFrame] | None = None
     #: the delta the epoch's tasks wrote to chk-<version>/<operator>/: rows and checksum per subtask,
     #: observed as they were written (None: not written; the snapshot writer writes it)
     written: dict | None = None
@@ -127,6 +128,11 @@ class StoreState:
     @property
     def columns(self) -> list[str]:
         return self.schema.fieldNames()
+
+    @property
+    def changes(self) -> DataFrame | None:
+        """The rows the epoch changed, planned when first asked for (often nothing reads them)."""
+        return None if self.changes_of is None else self.changes_of()
 
     def subtask_dir(self, i: int) -> str:
         return f"{self.directory}/subtask-{i}"
@@ -213,20 +219,26 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     if deltas is None:  # the snapshot writer writes the deltas from these rows
         out = applied.localCheckpoint(eager=True)
-        return [replace(state, version=checkpoint_id, prev=prev, written=None,
-                        changes=(out if len(ids) == 1 else out.where(F.col("updated") == F.lit(checkpoint_id))).drop(SUBTASK))
+        return [replace(state, version=checkpoint_id, prev=prev, written=None, changes_of=cache(
+            lambda c=checkpoint_id: (out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
                 for checkpoint_id, prev in zip(ids, prevs, strict=True)]
-    # the apply runs inside this aggregation of its rows' counts and checksums, and nothing keeps the rows:
-    # an epoch's changes are the delta files it wrote
-    found = metrics_by(applied, state.columns, ["updated", SUBTASK])
+    # the apply runs inside the job that counts and checksums its rows, and nothing keeps them: an epoch's
+    # changes are the delta files it wrote
+    if len(ids) == 1:  # one epoch: its subtasks observed as the rows stream by, no aggregation stage after them
+        observation = Observation(f"changes-{ids[0]}-{state.operator}")
+        applied.observe(observation, *group_metrics(state.columns, SUBTASK, p)).write.format("noop").mode(
+            "overwrite").save()
+        found = {(ids[0], i): (observation.get[f"rows_{i}"], observation.get[f"xor_{i}"]) for i in range(p)}
+    else:  # many (epoch, subtask) groups: one aggregation hashes each row once (``metrics_by``)
+        found = metrics_by(applied, state.columns, ["updated", SUBTASK])
     states = []
     for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
         mine = {}
         for i in range(p):
             mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
-        changes = _delta_rows(spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]])
+        changes = cache(partial(_delta_rows, spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]]))
         written = {"uri": "file://" + deltas[k], "metrics": mine}
-        states.append(replace(state, version=checkpoint_id, prev=prev, changes=changes, written=written))
+        states.append(replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written))
     return states
 
 
