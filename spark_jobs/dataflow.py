@@ -107,12 +107,13 @@ class Dataflow:
         return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
 
     def epochs(self, spark: SparkSession, states: dict[str, StoreState], records: list[tuple[int, dict]],
-               watermarks: dict[str, int | None], together: tuple[dict, Column] | None = None) -> list[EpochOutput]:
+               watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None
+               ) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
         of them in one Spark job (``store_backend.aggregate``: its cost is one job's, not one per epoch),
         then each epoch's outputs are what ``epoch`` gives. ``together``: the same records read in one
-        scan, and the column giving each its epoch (``epoch_source.epoch_of_file``), used where the stream
-        into an aggregate is computed row by row from the scan (``epoch_source.keeps_input_file``)."""
+        scan, the column giving each its epoch and the files scanned (``epoch_source.epoch_of_file``), used
+        where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``)."""
         ids = [c for c, _ in records]
         applied = {}
         for st in self.job.states:
@@ -120,7 +121,7 @@ class Dataflow:
             tagged = None
             if together is not None:
                 stream = self.stream_of(spark, node.inputs[0], together[0])
-                if keeps_input_file(stream):
+                if keeps_input_file(stream, together[2]):
                     tagged = stream.withColumn(store_backend.EPOCH, together[1])
             if tagged is None:
                 tagged = reduce(DataFrame.unionByName, [

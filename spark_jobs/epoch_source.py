@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -65,31 +66,41 @@ def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSe
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 #: the logical operators between a file scan and a row after which ``input_file_name()`` still names the file
 #: the row came from: row by row, in the scan's task (no shuffle, no batch handed to a Python worker)
-NARROW = frozenset({"LogicalRelation", "LocalRelation", "Project", "Filter", "Generate", "Union"})
+NARROW = frozenset({"LogicalRelation", "Project", "Filter", "Generate", "Union"})
 
 
-def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSegment]]]) -> Column | None:
+def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSegment]]]
+                  ) -> tuple[Column, frozenset[str]] | None:
     """A column giving a record of several epochs ``(checkpoint id, segments)``, read in one scan, its epoch by
-    the file it was read from: valid on a stream for which ``keeps_input_file`` holds. None when a path is one
-    Spark would percent-encode (``PLAIN_PATH``).
+    the file it was read from, and those files (as ``input_file_name()`` names them): valid on a stream for
+    which ``keeps_input_file`` holds. None when a path is one Spark would percent-encode (``PLAIN_PATH``).
 
     One scan of a catch-up's files runs as few tasks as one epoch's scan: a union of one scan per epoch runs a
     task per segment at least, each aggregating its own few words."""
-    files = {str(input_dir / s.partition / s.name): c for c, segments in epochs for s in segments}
-    if not all(PLAIN_PATH.fullmatch(path) for path in files):
+    paths = {str(input_dir / s.partition / s.name): c for c, segments in epochs for s in segments}
+    if not all(PLAIN_PATH.fullmatch(path) for path in paths):
         return None
-    epoch_of = F.create_map(*[F.lit(x) for path, c in files.items() for x in ("file://" + path, c)])
-    return epoch_of[F.input_file_name()].cast("long")
+    files = {"file://" + path: c for path, c in paths.items()}
+    epoch_of = F.create_map(*[F.lit(x) for uri, c in files.items() for x in (uri, c)])
+    return epoch_of[F.input_file_name()].cast("long"), frozenset(files)
 
 
-def keeps_input_file(df: DataFrame) -> bool:
-    """Whether every row of ``df`` is computed row by row from the file row it came from, in the task that
-    scans it (``NARROW``), so that ``input_file_name()`` on it names that file."""
+def keeps_input_file(df: DataFrame, files: frozenset[str]) -> bool:
+    """Whether every row of ``df`` is computed row by row from a row of one of ``files``, in the task that
+    scans it (``NARROW``), so that ``input_file_name()`` on it names that file. A row from anywhere else (a
+    file of the user's own, rows made in the driver) would belong to no epoch."""
     todo = [df._jdf.queryExecution().optimizedPlan()]
     while todo:
         node = todo.pop()
         if node.nodeName() not in NARROW:
             return False
+        if node.nodeName() == "LogicalRelation":
+            try:
+                scanned = set(node.relation().location().inputFiles())
+            except Py4JError:  # not a file source
+                return False
+            if not scanned <= files:
+                return False
         children = node.children()
         todo += [children.apply(i) for i in range(children.size())]
     return True

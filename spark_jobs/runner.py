@@ -218,19 +218,19 @@ class EpochRunner:
             records[name] = parse(fmt, lines)
         return records
 
-    def read_together(self, group: list[EpochPlan]) -> tuple[dict, Column] | None:
-        """The records of the epochs of ``group`` in one scan per source, and the column giving a record its
-        epoch (``epoch_source.epoch_of_file``); None unless every source is read as plain lines (no sequence
-        numbers, no dead letters, no line checks)."""
+    def read_together(self, group: list[EpochPlan]) -> tuple[dict, Column, frozenset[str]] | None:
+        """The records of the epochs of ``group`` in one scan per source, the column giving a record its epoch
+        and the files scanned (``epoch_source.epoch_of_file``); None unless every source is read as plain
+        lines (no sequence numbers, no dead letters, no line checks)."""
         if self.flow.needs_sequence_numbers or any(plan.dead_offsets for plan in group) or any(
                 isinstance(fmt, ParquetFiles) or fmt.checks_each_line for _, fmt in self.job.sources):
             return None
-        epoch_of = epoch_of_file(self.input_dir, [(plan.checkpoint_id, plan.segments) for plan in group])
-        if epoch_of is None:
+        tagging = epoch_of_file(self.input_dir, [(plan.checkpoint_id, plan.segments) for plan in group])
+        if tagging is None:
             return None
         segments = [s for plan in group for s in plan.segments]
         return {name: parse(fmt, read_lines(self.spark, self.input_dir, self._of_source(name, segments)))
-                for name, fmt in self.job.sources}, epoch_of
+                for name, fmt in self.job.sources}, *tagging
 
     # -- the loop --------------------------------------------------------------------
     def run(self, restored: Restored | None = None) -> RunReport:

@@ -27,11 +27,12 @@ an epoch's changes, for whatever reads them, are its delta files.
 
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
 next epoch may already be applied), in Spark tasks: nothing is collected to the
-driver. For a local state root those tasks write the snapshot's files themselves,
-as they write the deltas (``write_full``). A run starts from the stores as they are when they hold the checkpoint
-it restores (or can roll back to it); otherwise it loads them from the
-checkpoint's snapshot files, read and checked as before. The snapshots stay the
-durable truth: a lost store directory costs a reload, never data.
+driver. For a local state root those tasks write the snapshot's files
+themselves, as they write the deltas (``write_full``). A run starts from the
+stores as they are when they hold the checkpoint it restores (or can roll back
+to it); otherwise it loads them from the checkpoint's snapshot files, read and
+checked as before. The snapshots stay the durable truth: a lost store directory
+costs a reload, never data.
 
 Which aggregates: count, sum, min, max and mean over integer, floating, string and
 boolean columns. A ``combine`` aggregate, a process function, a window, a join

@@ -40,8 +40,9 @@ def test_each_record_gets_the_epoch_of_its_file(tmp_path, spark) -> None:
     epochs = segments(tmp_path, {3: ["a b", "c"], 4: ["d e f"], 7: ["g", "h i", "j"]})
     lines = read_lines(spark, tmp_path, [s for _, segs in epochs for s in segs])
     stream = tokenize(lines)
-    assert keeps_input_file(stream)
-    tagged = stream.withColumn("epoch", epoch_of_file(tmp_path, epochs))
+    epoch_of, files = epoch_of_file(tmp_path, epochs)
+    assert keeps_input_file(stream, files)
+    tagged = stream.withColumn("epoch", epoch_of)
     assert sorted((r.word, r.epoch) for r in tagged.collect()) == [
         ("a", 3), ("b", 3), ("c", 3), ("d", 4), ("e", 4), ("f", 4), ("g", 7), ("h", 7), ("i", 7), ("j", 7)]
 
@@ -52,25 +53,30 @@ def test_a_path_spark_would_percent_encode_is_not_tagged(tmp_path) -> None:
     assert epoch_of_file(tmp_path, [(1, [SourceSegment(partition="p0", name="seg+1", first_offset=0, records=1)])]) is None
 
 
-def test_only_row_by_row_streams_keep_the_input_file(tmp_path, spark) -> None:
-    lines = read_lines(spark, tmp_path, segments(tmp_path, {1: ["a b"]})[0][1])
-    words = tokenize(lines)
-    assert keeps_input_file(words.where(F.length("word") > 0).withColumn("n", F.lit(1)))
-    assert keeps_input_file(words.unionByName(words))
-    assert not keeps_input_file(words.select(F.udf(str.upper, "string")("word").alias("word")))
-    assert not keeps_input_file(words.groupBy("word").count())
-    assert not keeps_input_file(words.distinct())
-    assert not keeps_input_file(words.limit(1))
-    assert not keeps_input_file(words.repartition(2))
-    assert not keeps_input_file(words.join(words.withColumnRenamed("word", "w"), F.col("word") == F.col("w")))
+def test_only_row_by_row_streams_of_the_epochs_files_keep_the_input_file(tmp_path, spark) -> None:
+    epochs = segments(tmp_path, {1: ["a b"]})
+    words = tokenize(read_lines(spark, tmp_path, epochs[0][1]))
+    files = epoch_of_file(tmp_path, epochs)[1]
+    assert keeps_input_file(words.where(F.length("word") > 0).withColumn("n", F.lit(1)), files)
+    assert keeps_input_file(words.unionByName(words), files)
+    for not_row_by_row in (words.select(F.udf(str.upper, "string")("word").alias("word")), words.groupBy("word").count(),
+                           words.distinct(), words.limit(1), words.repartition(2),
+                           words.join(words.withColumnRenamed("word", "w"), F.col("word") == F.col("w"))):
+        assert not keeps_input_file(not_row_by_row, files)
+    # rows from elsewhere would belong to no epoch: a file of the user's own, rows made in the driver
+    (tmp_path / "extra.txt").write_text("z\n")
+    extra = spark.read.text(str(tmp_path / "extra.txt")).select(F.col("value").alias("word"))
+    assert not keeps_input_file(words.unionByName(extra), files)
+    assert not keeps_input_file(words.unionByName(spark.createDataFrame([("z",)], "word string")), files)
+    assert not keeps_input_file(words, files - {next(iter(files))})
 
 
 @pytest.mark.heavy(seconds=20)
 def test_a_catch_up_tags_by_file_where_it_can_and_scans_each_epoch_where_not(tmp_path, spark, monkeypatch) -> None:
     seen = []
 
-    def spy(df):
-        seen.append(keeps_input_file(df))
+    def spy(df, files):
+        seen.append(keeps_input_file(df, files))
         return seen[-1]
 
     monkeypatch.setattr(dataflow, "keeps_input_file", spy)
