@@ -69,6 +69,13 @@ def group_metrics(columns: Sequence[str], group: str, groups: int) -> list[F.Col
     return metrics
 
 
+def snapshot_metrics(columns: Sequence[str], parallelism: int, base: int | None) -> list[F.Column]:
+    """What the pass writing a snapshot observes: rows and checksum per subtask (``group_metrics``), and
+    ``changed``, its rows changed after checkpoint ``base`` (all of them when None)."""
+    changed = F.lit(True) if base is None else F.col("updated") > F.lit(base)
+    return [*group_metrics(columns, SUBTASK, parallelism), F.sum(F.when(changed, 1).otherwise(0)).alias("changed")]
+
+
 def metrics_by(df: DataFrame, columns: Sequence[str], by: Sequence[str]) -> dict[tuple, tuple[int, int]]:
     """Rows and checksum (those of ``group_metrics``) of each group of columns ``by`` that ``df`` holds, in one
     aggregation job: each row is hashed once, where ``observe`` with ``group_metrics`` evaluates a pair of

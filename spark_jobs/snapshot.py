@@ -333,13 +333,8 @@ class SnapshotWriter:
             snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
             if epoch.subtasks is not None:
                 snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
-            changed_expr = F.lit(True) if base is None else F.col("updated") > F.lit(base)
             observation = Observation(f"snapshot-{checkpoint_id}-{op}")
-            observed = snap.observe(
-                observation,
-                *keyed_state.group_metrics(state.columns, keyed_state.SUBTASK, p),
-                F.sum(F.when(changed_expr, 1).otherwise(0)).alias("changed"),
-            )
+            observed = snap.observe(observation, *keyed_state.snapshot_metrics(state.columns, p, base))
             keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
             metrics = observation.get
         # durable before the ack, and described so that a commit can verify what it reads

@@ -47,9 +47,8 @@ host, or a shared mount).
 from __future__ import annotations
 
 import hashlib
-from operator import xor
 from collections.abc import Callable
-from functools import cache, partial, reduce
+from functools import cache, partial
 import shutil
 import sqlite3
 import tempfile
@@ -65,7 +64,7 @@ from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko, store_tasks
-from spark_jobs.keyed_state import SUBTASK, group_metrics, metrics_by, with_subtask
+from spark_jobs.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
 from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError, SubtaskStore
 from spark_jobs.spark_types import spark_schema, spark_type
 
@@ -135,6 +134,10 @@ class StoreState:
         """The rows the epoch changed, planned when first asked for (often nothing reads them)."""
         return None if self.changes_of is None else self.changes_of()
 
+    def checkpoint_dir(self, checkpoint_id: int) -> str:
+        """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots`` (a local state root)."""
+        return f"{self.snapshots}/chk-{checkpoint_id}/{self.operator}"
+
     def subtask_dir(self, i: int) -> str:
         return f"{self.directory}/subtask-{i}"
 
@@ -151,21 +154,17 @@ class StoreState:
 def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict:
     """The full snapshot of the stores as of ``state.version``, for a local state root: one task per store
     writes its subtask's file, as the deltas are written (none of Spark's file commit protocol). Returns the
-    rows and checksum of each subtask and the rows changed after ``base`` (``changed``), in the names of
-    ``keyed_state.group_metrics``."""
-    folder = f"{state.snapshots}/chk-{state.version}/{state.operator}"
+    rows and checksum of each subtask and the rows changed after ``base``, as the snapshot writer observes them
+    (``keyed_state.snapshot_metrics``)."""
+    folder = state.checkpoint_dir(state.version)
     shutil.rmtree(folder, ignore_errors=True)  # the epoch's delta, an earlier attempt's files
     dump = store_tasks.dump_task(state.directory, state.layout, state.version, folder, SUBTASK)
     rows = spark.range(0, state.parallelism, 1, state.parallelism).mapInArrow(
         dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-    changed = F.lit(True) if base is None else F.col("updated") > F.lit(base)
-    found = metrics_by(rows.withColumn("_changed", changed), state.columns, [SUBTASK, "_changed"])
-    metrics = {"changed": sum(n for (_, new), (n, _) in found.items() if new)}
-    for i in range(state.parallelism):
-        mine = [v for (subtask, _), v in found.items() if subtask == i]
-        metrics[f"rows_{i}"] = sum(n for n, _ in mine)
-        metrics[f"xor_{i}"] = reduce(xor, [x for _, x in mine]) if mine else None
-    return metrics
+    observation = Observation(f"full-{state.version}-{state.operator}")
+    rows.observe(observation, *snapshot_metrics(state.columns, state.parallelism, base)).write.format("noop").mode(
+        "overwrite").save()
+    return observation.get
 
 
 def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
@@ -212,7 +211,7 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
     deltas = None if state.snapshots is None or subtasks is not None else \
-        [f"{state.snapshots}/chk-{checkpoint_id}/{state.operator}" for checkpoint_id in ids]
+        [state.checkpoint_dir(checkpoint_id) for checkpoint_id in ids]
     for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
         shutil.rmtree(delta, ignore_errors=True)
 
@@ -223,15 +222,9 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
         return [replace(state, version=checkpoint_id, prev=prev, written=None, changes_of=cache(
             lambda c=checkpoint_id: (out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
                 for checkpoint_id, prev in zip(ids, prevs, strict=True)]
-    # the apply runs inside the job that counts and checksums its rows, and nothing keeps them: an epoch's
-    # changes are the delta files it wrote
-    if len(ids) == 1:  # one epoch: its subtasks observed as the rows stream by, no aggregation stage after them
-        observation = Observation(f"changes-{ids[0]}-{state.operator}")
-        applied.observe(observation, *group_metrics(state.columns, SUBTASK, p)).write.format("noop").mode(
-            "overwrite").save()
-        found = {(ids[0], i): (observation.get[f"rows_{i}"], observation.get[f"xor_{i}"]) for i in range(p)}
-    else:  # many (epoch, subtask) groups: one aggregation hashes each row once (``metrics_by``)
-        found = metrics_by(applied, state.columns, ["updated", SUBTASK])
+    # the apply runs inside the aggregation that counts and checksums its rows, and nothing keeps them: an
+    # epoch's changes are the delta files it wrote
+    found = metrics_by(applied, state.columns, ["updated", SUBTASK])
     states = []
     for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
         mine = {}

@@ -74,12 +74,11 @@ def dump_task(directory: str, layout: Layout, version: int, snapshot: str, subta
     """Write the store of this task's partition as of ``version`` as the subtask's file of a full snapshot under
     folder ``snapshot`` (none when it holds no row); yields the rows written (with ``subtask``)."""
 
+    read = read_task(directory, layout, version, None)
+
     def dump(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in batches:  # the partition's one placeholder row
-            pass
         i = TaskContext.get().partitionId()
-        with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
-            rows = pa.Table.from_batches(list(store.rows_as_of(version)), layout.schema)
+        rows = pa.Table.from_batches(list(read(batches)), layout.schema)
         if rows.num_rows:
             write_delta(rows, f"{snapshot}/{subtask}={i}")
         yield from rows.append_column(subtask, pa.array([i] * rows.num_rows, pa.int32())).to_batches()
