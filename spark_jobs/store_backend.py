@@ -55,10 +55,10 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import IntegerType, StructField, StructType
+from pyspark.sql.types import DataType, IntegerType, StructField, StructType
 
 from coordinator.checkpoints import state_files
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
@@ -73,6 +73,8 @@ BACKEND_ENV = "ABS_STATE_BACKEND"
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 #: the column that tells ``aggregate`` a record's epoch (``tagged``)
 EPOCH = "_abs_epoch"
+#: ``_per_key``'s columns: a record's epoch as its position in the group (0: none of it), the epochs a key had
+SLOT, PRESENT = "_abs_slot", "_abs_present"
 
 
 def store_root(state_uri: str, job: str) -> Path:
@@ -186,6 +188,38 @@ def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
     return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
 
 
+def _per_key(rows: DataFrame, node: object, ids: list[int]) -> tuple[DataFrame, list[tuple[str, DataType]]]:
+    """Each key's contributions of every epoch of ``ids`` merged in one row per key, not one per key and epoch:
+    a catch-up's keys recur from epoch to epoch, so its aggregation holds fewer groups (on wordcount, 10 times
+    fewer, and 0.4 s less of 2.9). Column ``<state column>@<j>`` merges epoch ``ids[j]``'s contributions, and
+    bit j + 1 of ``PRESENT`` says whether it had any; bit 0, whether the key had records of no epoch of ``ids``
+    (``_per_epoch`` hands those to the store's apply, which fails). The merged state columns, with their types."""
+    slot = F.coalesce(F.array_position(F.array(*[F.lit(c).cast("long") for c in ids]), F.col(EPOCH)), F.lit(0))
+    contributions, parts = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], []
+    for name, agg in node.aggregates.items():
+        for column, value, merge in ko._parts(name, agg):
+            contributions.append(value.alias(column))
+            parts.append((column, merge))
+    merges = [F.bit_or(F.expr(f"shiftleft(1L, {SLOT})")).alias(PRESENT)]
+    for j in range(len(ids)):
+        mine = F.col(SLOT) == F.lit(j + 1)
+        merges += [merge(F.when(mine, F.col(column))).alias(f"{column}@{j}") for column, merge in parts]
+    wide = rows.select(*contributions, slot.cast("int").alias(SLOT)).groupBy(*node.key_names).agg(*merges)
+    return wide, [(column, wide.schema[f"{column}@0"].dataType) for column, _ in parts]
+
+
+def _per_epoch(wide: DataFrame, keys: list[str], ids: list[int], merged: list[tuple[str, DataType]]) -> DataFrame:
+    """``_per_key``'s rows as one row per key and epoch that touched it (``updated``: the epoch), after the
+    routing shuffle (a narrow step: that shuffle carried one row per key)."""
+    def epoch(checkpoint_id: int | None, j: int | None) -> Column:
+        return F.struct(F.lit(checkpoint_id).cast("long").alias("updated"), *[
+            (F.lit(None).cast(t) if j is None else F.col(f"{column}@{j}")).alias(column) for column, t in merged])
+    bit = F.col(PRESENT).bitwiseAND
+    epochs = [F.when(bit(F.lit(1 << (j + 1))) != 0, epoch(c, j)) for j, c in enumerate(ids)]
+    epochs.append(F.when(bit(F.lit(1)) != 0, epoch(None, None)))  # records of no epoch of ``ids``
+    return wide.select(SUBTASK, *keys, F.inline(F.filter(F.array(*epochs), lambda e: e.isNotNull())))
+
+
 def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
               subtasks: frozenset[int] | None = None) -> list[StoreState]:
     """The records of epochs ``ids`` (each tagged with its epoch in column ``EPOCH``) of a keyed aggregate on
@@ -193,20 +227,14 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
     epoch already)."""
     keys, p = list(node.key_names), state.parallelism
-    contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
-    merges = []
-    for name, agg in node.aggregates.items():
-        for column, value, merge in ko._parts(name, agg):
-            contributions.append(value.alias(column))
-            merges.append(merge(F.col(column)).alias(column))
-    # aggregated per key and epoch first (partial aggregation before its shuffle: an epoch's records
-    # shrink to its distinct keys), then routed to their store's partition (a second, small shuffle).
-    # Routing the records first would shuffle every record, with no partial aggregation before it.
-    per_key = with_subtask(rows.select(*contributions, F.col(EPOCH).alias("updated")).groupBy("updated", *keys)
-                           .agg(*merges), keys, p, state.max_parallelism)
+    # aggregated per key first (partial aggregation before its shuffle: the records shrink to their distinct
+    # keys), then routed to their store's partition (a second, small shuffle). Routing the records first would
+    # shuffle every record, with no partial aggregation before it.
+    wide, merged = _per_key(rows, node, ids)
+    per_key = with_subtask(wide, keys, p, state.max_parallelism)
     if subtasks is not None:
         per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    batch = _by_store(per_key, p).select(SUBTASK, *state.columns)
+    batch = _per_epoch(_by_store(per_key, p), keys, ids, merged).select(SUBTASK, *state.columns)
     prevs = [state.version, *ids[:-1]]
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)

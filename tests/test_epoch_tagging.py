@@ -100,3 +100,25 @@ def test_a_catch_up_tags_by_file_where_it_can_and_scans_each_epoch_where_not(tmp
                                 for a in ws.store.all_acks(ws.job.name) if a.operator == "count"}
     # the same words into the same subtasks: the same snapshots, whichever way the epochs were read
     assert acks[True] == acks[False] and len(acks[True]) == 8
+
+
+def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_path, spark) -> None:
+    """``store_backend.aggregate`` merges each key's epochs in one row: a record tagged with no epoch of the
+    group (a file ``epoch_of_file`` did not list) still reaches the store's apply, which refuses it."""
+    from pyspark.errors import PySparkException
+    from py4j.protocol import Py4JJavaError
+
+    from absreplay_examples.definitions import wordcount
+    from spark_jobs.dataflow import dataflow_of
+    from spark_jobs.store_backend import EPOCH, StoreBackend, aggregate
+
+    job = wordcount()
+    node = dataflow_of(job).nodes["count"]
+    backend = StoreBackend(spark, job, dataflow_of(job).nodes, str(tmp_path / "state"), 128, "t")
+    state = backend.open(None, set(), {})["count"]
+    words = spark.createDataFrame([("a", 1), ("b", 2), ("a", 2), ("c", None), ("d", 9)], f"word string, {EPOCH} long")
+    applied = aggregate(spark, state, [1, 2], words.where(F.col(EPOCH).isin(1, 2)), node)
+    assert [r["rows_0"] + r["rows_1"] for r in (s.written["metrics"] for s in applied)] == [1, 2]
+    # the store is told that some records had no epoch of [3, 4] (which one, the merged row does not keep)
+    with pytest.raises((PySparkException, Py4JJavaError), match=r"contributions of epochs \[None\] given to epochs \[3, 4\]"):
+        aggregate(spark, applied[-1], [3, 4], words, node)
