@@ -26,6 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
 from coordinator.sources.source import ID_SEGMENT_SUFFIX, is_id_segment
+from spark_jobs.xxh64 import spark_xxhash64
 
 SEGMENTS_SCHEMA = StructType(
     [
@@ -73,16 +74,22 @@ def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSe
                   ) -> tuple[Column, frozenset[str]] | None:
     """A column giving a record of several epochs ``(checkpoint id, segments)``, read in one scan, its epoch by
     the file it was read from, and those files (as ``input_file_name()`` names them): valid on a stream for
-    which ``keeps_input_file`` holds. None when a path is one Spark would percent-encode (``PLAIN_PATH``).
+    which ``keeps_input_file`` holds. None when a path is one Spark would percent-encode (``PLAIN_PATH``), or
+    two of them hash alike.
 
     One scan of a catch-up's files runs as few tasks as one epoch's scan: a union of one scan per epoch runs a
-    task per segment at least, each aggregating its own few words."""
+    task per segment at least, each aggregating its own few words. The column looks the file up by the
+    xxhash64 of its name: a map keyed by the names themselves compares long strings that differ only at their
+    end, on every record (0.8 s of 5 million words; the hash, 0.35 s)."""
     paths = {str(input_dir / s.partition / s.name): c for c, segments in epochs for s in segments}
     if not all(PLAIN_PATH.fullmatch(path) for path in paths):
         return None
     files = {"file://" + path: c for path, c in paths.items()}
-    epoch_of = F.create_map(*[F.lit(x) for uri, c in files.items() for x in (uri, c)])
-    return epoch_of[F.input_file_name()].cast("long"), frozenset(files)
+    hashes = [spark_xxhash64(uri) for uri in files]
+    if len(set(hashes)) < len(hashes):
+        return None
+    epoch_of = F.create_map(*[F.lit(x) for h, c in zip(hashes, files.values(), strict=True) for x in (h, c)])
+    return epoch_of[F.xxhash64(F.input_file_name())].cast("long"), frozenset(files)
 
 
 def keeps_input_file(df: DataFrame, files: frozenset[str]) -> bool:

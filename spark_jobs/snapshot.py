@@ -338,7 +338,7 @@ class SnapshotWriter:
             keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
             metrics = observation.get
         # durable before the ack, and described so that a commit can verify what it reads
-        self._manifests[op] = manifests.seal(op_uri, self._job_root)
+        manifest = self._manifests[op] = manifests.seal(op_uri, self._job_root)
         stats = keyed_state.stats_from_metrics(metrics, p)
         changed = int(metrics["changed"] or 0)
         handles = []
@@ -347,7 +347,7 @@ class SnapshotWriter:
             uri = f"{op_uri}/subtask={i}" if st.rows else None
             handles.append(StateHandle(
                 operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else base,
-                state_bytes=keyed_state.bytes_under(self.spark, uri) if uri else 0, state_rows=st.rows,
+                state_bytes=manifest.bytes_under(f"subtask={i}") if uri else 0, state_rows=st.rows,
                 checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
             ))
         if full:

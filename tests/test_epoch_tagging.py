@@ -14,8 +14,9 @@ from absreplay.job_discovery import get_job
 from absreplay_examples.wordcount import tokenize
 from coordinator.catalog.db import upgrade
 from coordinator.catalog.models import SourceSegment
-from spark_jobs import dataflow
+from spark_jobs import dataflow, epoch_source
 from spark_jobs.epoch_source import epoch_of_file, keeps_input_file, read_lines
+from spark_jobs.xxh64 import spark_xxhash64
 from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.spark
@@ -51,6 +52,21 @@ def test_a_path_spark_would_percent_encode_is_not_tagged(tmp_path) -> None:
     epochs = segments(tmp_path / "with space", {1: ["a"]})
     assert epoch_of_file(tmp_path / "with space", epochs) is None
     assert epoch_of_file(tmp_path, [(1, [SourceSegment(partition="p0", name="seg+1", first_offset=0, records=1)])]) is None
+
+
+def test_files_are_looked_up_by_the_hash_spark_computes(spark) -> None:
+    """``epoch_of_file`` hashes the file names in Python; the records' files are hashed by Spark."""
+    names = [""] + ["".join(chr(97 + (i * j) % 26) for j in range(n)) for i, n in enumerate(range(1, 120))]
+    names += ["file:///tmp/input/wordcount/p0/seg-000001.txt", "é ü 字"]
+    spark_hashes = spark.createDataFrame([(x,) for x in names], "s string").select(F.xxhash64("s")).collect()
+    assert [spark_xxhash64(x) for x in names] == [r[0] for r in spark_hashes]
+
+
+def test_files_that_hash_alike_are_not_tagged(tmp_path, monkeypatch) -> None:
+    epochs = segments(tmp_path, {1: ["a"], 2: ["b"]})
+    assert epoch_of_file(tmp_path, epochs) is not None
+    monkeypatch.setattr(epoch_source, "spark_xxhash64", len)  # names of one length hash alike
+    assert epoch_of_file(tmp_path, epochs) is None
 
 
 def test_only_row_by_row_streams_of_the_epochs_files_keep_the_input_file(tmp_path, spark) -> None:

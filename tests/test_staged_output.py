@@ -107,7 +107,13 @@ def test_seal_fsyncs_every_file_and_directory_before_the_ack(tmp_path, monkeypat
         real(fd)
 
     monkeypatch.setattr(os, "fsync", record)
-    manifests.seal(str(op), str(job_root))
+    (op / "subtask=1").mkdir()
+    (op / "subtask=1" / ".part-1.parquet.crc").write_bytes(b"not data")
+    pq.write_table(pa.table({"x": [2, 3]}), op / "subtask=1" / "part-1.parquet")
+    manifest = manifests.seal(str(op), str(job_root))
+    # what an ack records as a subtask's bytes: its data files' (not Spark's checksum files)
+    assert [manifest.bytes_under(f"subtask={i}") for i in (0, 1)] == [
+        (op / f"subtask={i}" / f"part-{i}.parquet").stat().st_size for i in (0, 1)]
     assert {str(op / "subtask=0" / "part-0.parquet"), str(op / manifests.MANIFEST), str(op / "subtask=0"), str(op),
             str(op.parent), str(job_root)} <= set(synced)
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -40,6 +40,12 @@ class Manifest:
     bytes: int
     #: sha256 of the manifest file's content
     checksum: str
+    #: each data file's bytes, by its path relative to the sealed folder
+    sizes: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def bytes_under(self, folder: str) -> int:
+        """The bytes of the data files under ``folder`` (relative to the sealed folder)."""
+        return sum(size for path, size in self.sizes.items() if path.startswith(folder.rstrip("/") + "/"))
 
 
 class StagedOutputError(AbsError):
@@ -109,7 +115,8 @@ def seal(uri: str, job_root: str) -> Manifest:
         out.write(content)
     if isinstance(fs, pafs.LocalFileSystem):
         _fsync_tree(root, state_files.filesystem(job_root)[1])
-    return Manifest(len(entries), sum(e["bytes"] for e in entries), hashlib.sha256(content).hexdigest())
+    return Manifest(len(entries), sum(e["bytes"] for e in entries), hashlib.sha256(content).hexdigest(),
+                    {e["path"]: e["bytes"] for e in entries})
 
 
 def make_durable(uri: str, job_root: str) -> None:

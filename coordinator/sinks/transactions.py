@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -162,10 +163,10 @@ def write_merged(s: Session, sink: SinkSpec, job: str, batches: list[tuple[int, 
     batches = [(cid, rows) for cid, rows in batches if done is None or cid > done]
     if not batches:
         return
-    rows = pa.concat_tables([rows.append_column("checkpoint_id", pa.array([cid] * rows.num_rows, pa.int64()))
+    rows = pa.concat_tables([rows.append_column("checkpoint_id", pa.repeat(pa.scalar(cid, pa.int64()), rows.num_rows))
                              for cid, rows in batches], promote_options="default")
     if target.key is not None and rows.num_rows:  # each key's last row: the latest checkpoint's
-        positions = rows.append_column("_position", pa.array(range(rows.num_rows), pa.int64()))
+        positions = rows.select([target.key]).append_column("_position", pa.array(np.arange(rows.num_rows)))
         rows = rows.take(positions.group_by(target.key).aggregate([("_position", "max")]).column("_position_max"))
     target.commit_in(s, job, sink.name, batches[-1][0], rows)
 
