@@ -88,8 +88,9 @@ def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSe
     hashes = [spark_xxhash64(uri) for uri in files]
     if len(set(hashes)) < len(hashes):
         return None
-    epoch_of = F.create_map(*[F.lit(x) for h, c in zip(hashes, files.values(), strict=True) for x in (h, c)])
-    return epoch_of[F.xxhash64(F.input_file_name())].cast("long"), frozenset(files)
+    # SQL text, parsed once: a map of literal Columns costs a py4j call or more per file
+    pairs = ", ".join(f"{h}L, {c}L" for h, c in zip(hashes, files.values(), strict=True))
+    return F.expr(f"map({pairs})[xxhash64(input_file_name())]"), frozenset(files)
 
 
 def keeps_input_file(df: DataFrame, files: frozenset[str]) -> bool:

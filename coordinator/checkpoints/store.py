@@ -169,8 +169,7 @@ class CheckpointStore:
         """Several tasks' acks in one transaction (each with the result a lone ack would get)."""
         with self.sessions.begin() as s:
             self._lock_job(s, job_name)
-            tasks = self._task_names(s, job_name)
-            return [self._ack(s, job_name, checkpoint_id, h, tasks) for h in handles]
+            return self._ack(s, job_name, checkpoint_id, handles, self._task_names(s, job_name))
 
     def ack_many_with_back_edge_logs(self, job_name: str, checkpoint_id: int, handles: list[StateHandle],
                                      logs: list[back_edge_logs.BackEdgeLogHandle]) -> list[AckResult]:
@@ -181,28 +180,31 @@ class CheckpointStore:
             ck = s.get(Checkpoint, (job_name, checkpoint_id))
             if ck is not None and ck.status == CheckpointStatus.PENDING:
                 back_edge_logs.record(s, job_name, checkpoint_id, logs)
-            tasks = self._task_names(s, job_name)
-            return [self._ack(s, job_name, checkpoint_id, h, tasks) for h in handles]
+            return self._ack(s, job_name, checkpoint_id, handles, self._task_names(s, job_name))
 
-    def _ack(self, s: Session, job_name: str, checkpoint_id: int, handle: StateHandle, tasks: set[str]) -> AckResult:
+    def _ack(self, s: Session, job_name: str, checkpoint_id: int, handles: list[StateHandle],
+             tasks: set[str]) -> list[AckResult]:
+        """The acks of ``handles``, in order, each as if alone; the one that makes every task's ack completes
+        the checkpoint. Reads the checkpoint's acks once (not a lookup and a count per handle)."""
         ck = s.get(Checkpoint, (job_name, checkpoint_id))
-        if ck is None or handle.task not in tasks:
-            return AckResult.UNKNOWN
-        existing = s.get(TaskAck, (job_name, checkpoint_id, handle.operator, handle.subtask))
-        result = ack_result(CheckpointStatus(ck.status), existing is not None)
-        if result is not AckResult.SUCCESS:
-            return result
-        s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **handle_columns(handle)))
-        s.flush()
-        acked = s.scalar(
-            select(func.count()).select_from(TaskAck).where(
-                TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id
-            )
-        )
-        if acked == ck.total_tasks:
-            ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.COMPLETE)
-            ck.completed_at = utcnow()
-        return result
+        if ck is None:
+            return [AckResult.UNKNOWN] * len(handles)
+        acked = set(s.execute(select(TaskAck.operator, TaskAck.subtask).where(
+            TaskAck.job == job_name, TaskAck.checkpoint_id == checkpoint_id)).tuples())
+        results = []
+        for handle in handles:
+            if handle.task not in tasks:
+                results.append(AckResult.UNKNOWN)
+                continue
+            result = ack_result(CheckpointStatus(ck.status), (handle.operator, handle.subtask) in acked)
+            if result is AckResult.SUCCESS:
+                s.add(TaskAck(job=job_name, checkpoint_id=checkpoint_id, acked_at=utcnow(), **handle_columns(handle)))
+                acked.add((handle.operator, handle.subtask))
+                if len(acked) == ck.total_tasks:
+                    ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.COMPLETE)
+                    ck.completed_at = utcnow()
+            results.append(result)
+        return results
 
     def _task_names(self, s: Session, job_name: str) -> set[str]:
         graph = json.loads(s.get(Job, job_name).execution_graph)
