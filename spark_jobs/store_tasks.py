@@ -37,16 +37,16 @@ def checked(batches: Iterator[pa.RecordBatch], subtask: str, i: int) -> Iterator
 
 
 def apply_task(directory: str, layout: Layout, subtask: str, versions: list[int], prev: int,
-               deltas: list[str] | None) -> Task:
-    """Fold the per-key contributions of epochs ``versions`` (a row's ``updated`` is its epoch) into the
-    store at ``prev``; yields the changed rows of each epoch (with ``subtask``), and writes each epoch's
-    as the subtask's delta file under its folder in ``deltas`` when given."""
-    columns = layout.columns
+               deltas: list[str] | None, merged: list[str], present: str) -> Task:
+    """Fold the contributions of epochs ``versions`` (``per_epoch``: the rows are one per key, each merging
+    every epoch's) into the store at ``prev``; yields the changed rows of each epoch (with ``subtask``), and
+    writes each epoch's as the subtask's delta file under its folder in ``deltas`` when given."""
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         i = TaskContext.get().partitionId()
-        mine = [b.select(columns) for b in checked(batches, subtask, i)]
-        table = pa.Table.from_batches(mine) if mine else layout.schema.empty_table()
+        mine = list(checked(batches, subtask, i))
+        table = per_epoch(pa.Table.from_batches(mine), layout, versions, merged, present) if mine else \
+            layout.schema.empty_table()
         with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
             out = store.apply(table, versions, prev)
         for version, delta in zip(versions, deltas, strict=True) if deltas is not None else ():
@@ -56,6 +56,26 @@ def apply_task(directory: str, layout: Layout, subtask: str, versions: list[int]
         yield from out.append_column(subtask, pa.array([i] * out.num_rows, pa.int32())).to_batches()
 
     return apply
+
+
+def per_epoch(wide: pa.Table, layout: Layout, versions: list[int], merged: list[str], present: str) -> pa.Table:
+    """Rows of one key each, ``<column>@<j>`` merging the contributions of epoch ``versions[j]`` and bit j + 1
+    of ``present`` saying whether it had any, as one row per key and epoch that touched it (``updated``: the
+    epoch), with the layout's columns. Bit 0 marks keys with records of no epoch of ``versions``: they come
+    out with a NULL ``updated``, which the store's apply refuses."""
+    bits = wide.column(present).to_numpy()
+    parts = []
+    for j, version in [*enumerate(versions), (None, None)]:
+        mask = (bits & (1 if j is None else 1 << (j + 1))) != 0
+        if not mask.any():
+            continue
+        rows = wide.filter(pa.array(mask))
+        values = {m: rows.column(f"{m}@{j or 0}") for m in merged}  # records of no epoch: any values
+        updated = pa.nulls(rows.num_rows, pa.int64()) if j is None else pa.repeat(pa.scalar(version, pa.int64()),
+                                                                                    rows.num_rows)
+        parts.append(pa.table([values[c] if c in values else updated if c == "updated" else rows.column(c)
+                               for c in layout.columns], names=list(layout.columns)))
+    return pa.concat_tables(parts) if parts else layout.schema.empty_table()
 
 
 def read_task(directory: str, layout: Layout, version: int, since: int | None) -> Task:
