@@ -17,9 +17,12 @@ SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
    asynchronous phase then only seals and acks it.
 
 A catch-up runs its pending epochs together (``Dataflow.epochs``): one Spark job
-aggregates each epoch's records per (epoch, key), and each store's task folds
-them in epoch order in one transaction and writes each epoch's delta, so the
-epochs cost one job, not one each. Where the records reach the aggregate row by
+aggregates the records per key, each epoch's contributions merged in a column of
+their own (``_per_key``: a catch-up's keys recur from epoch to epoch, so the
+aggregation holds one row per key, not one per key and epoch), and each store's
+task unpivots its keys' rows per epoch, folds them in epoch order in one
+transaction and writes each epoch's delta, so the epochs cost one job, not one
+each. Where the records reach the aggregate row by
 row from a scan of plain lines, that job scans all the epochs' files at once and
 tells a record's epoch by its file (``epoch_source.epoch_of_file``). The rows
 each task returns are only counted and checksummed (``keyed_state.metrics_by``):
