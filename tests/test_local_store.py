@@ -183,6 +183,29 @@ def test_a_store_task_refuses_rows_of_another_subtask() -> None:
         list(checked(iter([mine, other]), "subtask", 0))
 
 
+def test_a_store_task_unpivots_each_keys_merged_row_into_the_epochs_that_touched_it(store) -> None:
+    """Spark merges each key's contributions of a catch-up's epochs in one row (``store_backend._per_key``):
+    ``<column>@<j>`` for epoch j, bit j + 1 of the mask when it had any, bit 0 for records of no epoch of the
+    group. The store's task turns them into one row per key and epoch (``store_tasks.per_epoch``), which fold
+    as the epochs applied one by one do."""
+    from spark_jobs.store_tasks import per_epoch
+
+    merged = ["n", "hi", "s", "c", "avg"]
+    # a: epochs 4 and 6; b: epoch 6 only; c: none of them (never sent by Spark, but harmless)
+    wide = pa.table({"k": ["a", "b", "c"], "_present": [2 | 8, 8, 0],
+                     **{f"{m}@{j}": [v(j, 0), v(j, 1), None] for m, v in {
+                         "n": lambda j, i: 1, "hi": lambda j, i: 10 * j + i, "s": lambda j, i: float(j + i),
+                         "c": lambda j, i: 1, "avg": lambda j, i: None}.items() for j in range(3)}})
+    rows = per_epoch(wide.cast(pa.schema([pa.field(f.name, pa.float64() if f.name.startswith(("s@", "avg@")) else
+                                                   f.type) for f in wide.schema])), LAYOUT, [4, 5, 6], merged, "_present")
+    assert rows.column_names == list(LAYOUT.columns)
+    assert sorted((r["k"], r["updated"], r["hi"]) for r in rows.to_pylist()) == [("a", 4, 0), ("a", 6, 20), ("b", 6, 21)]
+    store.apply(rows, [4, 5, 6], 0)
+    assert as_dict(store.rows_as_of(6, None)) == {"a": (2, 20, 2.0, 2, 1.0, 6), "b": (1, 21, 3.0, 1, 3.0, 6)}
+    stray = wide.set_column(1, "_present", pa.array([2, 1, 0]))
+    assert [r["updated"] for r in per_epoch(stray, LAYOUT, [7, 8, 9], merged, "_present").to_pylist()] == [7, None]
+
+
 def test_a_python_worker_running_a_store_task_imports_no_planning_side() -> None:
     """What a Python worker imports to unpickle a store task: not the catalog, SQLAlchemy or the job
     API (0.8 s of every new worker's start when it did)."""
