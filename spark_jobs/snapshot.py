@@ -317,15 +317,11 @@ class SnapshotWriter:
         p, op = self.job.parallelism, spec.operator
         full = self._next_is_full(spec, state, base)
         op_uri = self._op_uri(checkpoint_id, op)
-        if (isinstance(state, StoreState) and state.written is not None and state.prev == (base or 0)
-                and epoch.subtasks is None and (not full or base is None)):
-            # the epoch's tasks wrote the delta (its rows and checksums observed then): seal it; on the
-            # job's first snapshot the stores started empty, so that delta is the whole state
-            metrics = dict(state.written["metrics"])
-            metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(p))
-        elif isinstance(state, StoreState) and full and state.snapshots is not None and epoch.subtasks is None:
-            metrics = store_backend.write_full(self.spark, state, base)
-        else:
+        # a store's tasks write its snapshot files themselves where they can (not in a partial recovery, which
+        # keeps the files of the subtasks past the epoch): then they are only sealed here
+        metrics = store_backend.own_snapshot(self.spark, state, full, base) if isinstance(
+            state, StoreState) and epoch.subtasks is None else None
+        if metrics is None:
             if full:
                 rows = state.rows(self.spark) if isinstance(state, StoreState) else state
             else:

@@ -78,8 +78,6 @@ MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 EPOCH = "_abs_epoch"
 #: ``_per_key``'s columns: a record's epoch as its position in the group (0: none of it), the epochs a key had
 SLOT, PRESENT = "_abs_slot", "_abs_present"
-#: the SQL of each merge of a state column (``keyed_operators._parts``)
-SQL_MERGES = {F.sum: "sum", F.min: "min", F.max: "max", F.first: "first"}
 
 
 def store_root(state_uri: str, job: str) -> Path:
@@ -174,6 +172,20 @@ def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict
     return observation.get
 
 
+def own_snapshot(spark: SparkSession, state: StoreState, full: bool, base: int | None) -> dict | None:
+    """The metrics (``keyed_state.snapshot_metrics``) of the snapshot files of checkpoint ``state.version``
+    when the stores' tasks write them: the delta the epoch's tasks wrote, incremental on ``base`` (on the job's
+    first snapshot the stores started empty, so that delta is the whole state), or, full, what they write now
+    for a local state root (``write_full``). None: the snapshot writer writes them from ``StoreState.rows``."""
+    if state.written is not None and state.prev == (base or 0) and (not full or base is None):
+        metrics = dict(state.written["metrics"])
+        metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(state.parallelism))
+        return metrics
+    if full and state.snapshots is not None:
+        return write_full(spark, state, base)
+    return None
+
+
 def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
     """An epoch's changes as its apply wrote them: the delta files of ``subtasks`` (those with rows)."""
     if not subtasks:
@@ -193,21 +205,21 @@ def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
     return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
 
 
-def _per_key(rows: DataFrame, node: object, ids: list[int]) -> tuple[DataFrame, list[str]]:
+def _per_key(rows: DataFrame, node: object, layout: Layout, ids: list[int]) -> tuple[DataFrame, list[str]]:
     """Each key's contributions of every epoch of ``ids`` merged in one row per key, not one per key and epoch:
-    a catch-up's keys recur from epoch to epoch, so its aggregation holds fewer groups (on wordcount, 10 times
-    fewer, and 0.4 s less of 2.9). Column ``<state column>@<j>`` merges epoch ``ids[j]``'s contributions, and
-    bit j + 1 of ``PRESENT`` says whether it had any; bit 0, whether the key had records of no epoch of ``ids``
-    (``store_tasks.per_epoch`` hands those to the store's apply, which fails). The merged state columns.
+    a catch-up's keys recur from epoch to epoch, so the aggregation holds, and the routing shuffle carries, one
+    row per distinct key of the group rather than up to one per epoch. Column ``<state column>@<j>`` merges
+    epoch ``ids[j]``'s contributions, and bit j + 1 of ``PRESENT`` says whether it had any; bit 0, whether the
+    key had records of no epoch of ``ids`` (``store_tasks.per_epoch`` hands those to the store's apply, which
+    fails). The merged state columns.
 
     The merges are SQL text, parsed once each: built from Column objects they cost hundreds of py4j calls
     per catch-up, 0.1 s of planning."""
     slot = F.expr(f"CAST(coalesce(array_position(array({', '.join(f'{c}L' for c in ids)}), {EPOCH}), 0) AS INT)")
-    contributions, parts = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], []
-    for name, agg in node.aggregates.items():
-        for column, value, merge in ko._parts(name, agg):
-            contributions.append(value.alias(column))
-            parts.append((column, SQL_MERGES[merge]))
+    contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
+    contributions += [value.alias(column) for name, agg in node.aggregates.items()
+                      for column, value, _ in ko._parts(name, agg)]
+    parts = list(layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
     merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
         f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {_q(column)} END) AS {_q(f'{column}@{j}')}"
         for j in range(len(ids)) for column, merge in parts]
@@ -231,7 +243,7 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     # aggregated per key first (partial aggregation before its shuffle: the records shrink to their distinct
     # keys), then routed to their store's partition (a second, small shuffle). Routing the records first would
     # shuffle every record, with no partial aggregation before it.
-    wide, merged = _per_key(rows, node, ids)
+    wide, merged = _per_key(rows, node, state.layout, ids)
     per_key = with_subtask(wide, keys, p, state.max_parallelism)
     if subtasks is not None:
         per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
