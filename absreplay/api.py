@@ -32,7 +32,7 @@ from typing import Any
 
 from absreplay.job_graph import build_definition
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.dataflow.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition, check_dead_letter_share
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
@@ -280,7 +280,14 @@ class Job:
     #: restores on its own and sources never rewind, so a failure loses records (seed 003's weak
     #: consistency; ``coordinator.checkpoints.weak``). Opt-in, and labelled wherever the job shows.
     consistency: str = "exactly_once"
+    #: the largest share of an inject's new records that may be dead letters (0 to 1; None: no limit):
+    #: above it the inject fails (exit 1, the barrier still registered), so a batch of refused records
+    #: is not a quiet success
+    max_dead_letter_share: float | None = None
     nodes: list[Node] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_dead_letter_share(self.name, self.max_dead_letter_share)  # at declaration, not at first inject
 
     def source(self, name: str, format: RecordFormat | None = None) -> Stream:
         """A source: segment files injected into ``$ABS_DATA_DIR/<job>/input/<partition>/`` (with

@@ -81,7 +81,8 @@ def jobs(
 
 @app.command()
 def inject(job: str) -> None:
-    """Inject a barrier: record the cut of every source partition (never waits for processing)."""
+    """Inject a barrier: record the cut of every source partition (never waits for processing). Its dead
+    letters, if any, are counted against its records; beyond the job's max_dead_letter_share: exit 1."""
     ctx = job_context(job)
     outcome = ctx.coordinator.inject()
     if outcome.decision is not TriggerDecision.EXECUTE:
@@ -91,6 +92,11 @@ def inject(job: str) -> None:
         f"{job}: barrier {outcome.checkpoint_id} injected; {outcome.new_segments} new segment(s), "
         f"{outcome.new_records:,} new record(s); cut {views.format_cut(outcome.cut)}"
     )
+    dead = ctx.coordinator.dead_letters(outcome.checkpoint_id)
+    if dead.count:
+        out.print(f"{job}: barrier {outcome.checkpoint_id}: {dead.describe()}", markup=False, highlight=False,
+                  soft_wrap=True)
+    ctx.coordinator.check_dead_letters(outcome.checkpoint_id, dead)
 
 
 @app.command()

@@ -146,5 +146,6 @@ def build_definition(job: Job, origin: str = "") -> JobDefinition:
         sinks=(*(_sink(job, n) for n in sinks), *(late_sink(n) for n in keyed if n.kind == "window")),
         sources=tuple((n.name, n.format) for n in sources), policy=job.policy,
         barrier_interval_minutes=job.barrier_interval_minutes, id_store=job.id_store,
-        loop_rounds=loops[0].loop.rounds if loops else 4, consistency=job.consistency, spec=job, origin=origin,
+        loop_rounds=loops[0].loop.rounds if loops else 4, consistency=job.consistency,
+        max_dead_letter_share=job.max_dead_letter_share, spec=job, origin=origin,
     )

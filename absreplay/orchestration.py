@@ -28,7 +28,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from coordinator.catalog.db import parse_url
-from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
+from coordinator.errors import (
+    AbsError,
+    CatalogUnavailableError,
+    CheckpointNotFoundError,
+    DeadLetterShareError,
+    UsageError,
+)
 from absreplay.job_discovery import discover, get_job
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
@@ -71,7 +77,10 @@ def airflow_settings() -> Settings:
 
 
 def fails_without_retry(exc: BaseException) -> bool:
-    """Bad input (exit code 2) cannot be fixed by retrying; an unreachable catalog may come back."""
+    """Bad input (exit code 2) cannot be fixed by retrying; an unreachable catalog may come back. A barrier
+    of too many dead letters is registered already: a retry would inject the next one and turn green."""
+    if isinstance(exc, DeadLetterShareError):
+        return True
     return isinstance(exc, AbsError) and exc.exit_code == 2 and not isinstance(exc, CatalogUnavailableError)
 
 
@@ -135,15 +144,22 @@ def barrier_asset(job: str):
 
 
 def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
-    """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it."""
+    """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it.
+    Its dead letters beyond the job's ``max_dead_letter_share`` fail the task (red, not retried), the
+    barrier registered all the same."""
     from absreplay.views import format_cut
     from coordinator.checkpoints.policy import TriggerDecision
 
     with _job(settings, job) as ctx:
         outcome = ctx.coordinator.inject()
-    if outcome.decision is TriggerDecision.EXECUTE:
+        executed = outcome.decision is TriggerDecision.EXECUTE
+        dead = ctx.coordinator.dead_letters(outcome.checkpoint_id) if executed else None  # None: skipped
+        if dead is not None:
+            ctx.coordinator.check_dead_letters(outcome.checkpoint_id, dead)
+    if dead is not None:
         message = (f"{job}: barrier {outcome.checkpoint_id} injected; {outcome.new_segments} new segment(s), "
-                   f"{outcome.new_records} new record(s); cut {format_cut(outcome.cut)}")
+                   f"{outcome.new_records} new record(s); cut {format_cut(outcome.cut)}"
+                   + (f"; {dead.describe()}" if dead.count else ""))
     else:
         message = f"{job}: barrier skipped ({outcome.decision}); the next barrier covers these records"
     return {
@@ -152,6 +168,8 @@ def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
         "checkpoint_id": outcome.checkpoint_id,
         "new_segments": outcome.new_segments,
         "new_records": outcome.new_records,
+        "dead_letters": dead.count if dead else 0,
+        "dead_letter_share": dead.share if dead else 0.0,
         "cut": dict(outcome.cut),
         "message": message,
     }

@@ -32,6 +32,11 @@ slow or down; the next epochs run processes all of them, in order.
 
 A barrier skipped by the checkpoint policy (`max_concurrent_pending`,
 `min_pause_ms`) marks the task *skipped*; its records belong to the next barrier.
+A barrier whose new records hold more dead letters than the job's
+`max_dead_letter_share` marks the task *failed*, without retry: the barrier is
+registered (records and dead letters in the catalog), no asset event is
+emitted, so the next barrier's run processes its epoch; the log names the share
+and the first reason.
 
 Catalog: the Variable `abs_database_url`, else `ABS_DATABASE_URL`.
 Audit: `SELECT * FROM snapshot_history WHERE job = '{job}'`.

@@ -143,6 +143,27 @@ def test_a_checkpoint_page_holds_acks_sink_dead_letters_and_recoveries(as_role, 
     assert api.get("/api/jobs/nojob/checkpoints").status_code == 404
 
 
+def test_dead_letters_show_with_their_share_and_first_reasons(as_role, catalog: Workspace) -> None:
+    """Checkpoint 5's epoch: its 3 dead letters and one of another reason, of its LANDED[5] = 24 records, on
+    its page and in the list."""
+    with catalog.store.sessions.begin() as s:
+        s.add(DeadLetter(job=JOB, checkpoint_id=5, partition="p1", segment="seg-5", offset=9,
+                         reason='field "user" is missing', payload="{}"))
+    api = as_role("admin")
+    assert LANDED[5] == 24
+    figures = api.get(f"/api/jobs/{JOB}/checkpoints/5").json()["dead_letter_figures"]
+    assert figures == {"count": 4, "records": 24, "share": 4 / 24, "reasons": ["not UTF-8", 'field "user" is missing']}
+    page = api.get(f"/jobs/{JOB}/checkpoints/5").text
+    assert ('<td id="dead-letter-share">4 (16.7% of the epoch\'s records); first reasons: <q>not UTF-8</q>, '
+            '<q>field &#34;user&#34; is missing</q></td>') in page
+    quiet = api.get(f"/jobs/{JOB}/checkpoints/6").text
+    assert '<td id="dead-letter-share">0 (0% of the epoch\'s records)</td>' in quiet
+    rows = api.get(f"/api/jobs/{JOB}/checkpoints", params={"offset": 25, "limit": 2}).json()["rows"]
+    assert [(r["checkpoint_id"], r["dead_letters"]["count"]) for r in rows] == [(5, 4), (4, 0)]
+    listing = api.get(f"/jobs/{JOB}", params={"page": 2}).text
+    assert ('title="first reasons: not UTF-8; field &#34;user&#34; is missing">4 (16.7%)</td>') in listing
+
+
 def test_the_timeline_feeds_every_chart(as_role) -> None:
     api = as_role("admin")
     points = api.get(f"/api/jobs/{JOB}/timeline").json()

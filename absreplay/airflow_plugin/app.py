@@ -41,6 +41,7 @@ templates = Environment(
     autoescape=select_autoescape(["html"]),
 )
 templates.filters["bytes"] = format_bytes
+templates.filters["percent"] = audit.percent
 templates.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
 Catalog = Annotated[Engine, Depends(catalog_engine)]
 
@@ -67,8 +68,10 @@ def _page(engine: Engine, access: JobAccess, status: CheckpointStatus | None, of
           limit: int) -> dict[str, Any]:
     page = audit.checkpoint_page(engine, access.job, status, offset, limit)
     weak = audit.is_weak(engine, access.job)
+    dead = audit.epoch_dead_letters(engine, access.job, [r.checkpoint_id for r in page.rows])
     return {**asdict(page), "can_trigger": access.can_trigger, "weak": weak, "rows": [
-        {**asdict(r), "actions": actions(access, r.status, r.checkpoint_id, weak)} for r in page.rows]}
+        {**asdict(r), "dead_letters": dead[r.checkpoint_id],
+         "actions": actions(access, r.status, r.checkpoint_id, weak)} for r in page.rows]}
 
 
 def _html(request: Request, name: str, **context: Any) -> HTMLResponse:

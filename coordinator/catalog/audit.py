@@ -6,11 +6,14 @@ views ``snapshot_history`` and ``checkpoint_stats``; what the views do not hold
 (alignment time, state per operator, the epoch's record count, acks, sink
 transactions, dead letters, recoveries) from the tables. The epoch of a
 checkpoint holds the records between the previous barrier's cut and its own;
-a replay checkpoint re-does the epoch of the checkpoint it replays.
+a replay checkpoint re-does the epoch of the checkpoint it replays. What share
+of an epoch's records are dead letters is read here only (``epoch_dead_letters``),
+by ``inject``, a run's line per epoch and the view alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -44,6 +47,8 @@ CHECKPOINT_STATS = table(
 )
 #: dead letters listed on a checkpoint's page (the count is always whole)
 DEAD_LETTERS_SHOWN = 100
+#: distinct reasons a checkpoint's dead-letter figures name (the first ones recorded)
+DEAD_LETTER_REASONS = 3
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,38 @@ class DeadLetterRow:
     payload: str
 
 
+def percent(share: float) -> str:
+    """A share as a percentage that never rounds a few to none, nor almost all to all."""
+    pct = round(100 * share, 1)
+    if share and not pct:
+        return "<0.1%"
+    if share < 1 and pct == 100:
+        return ">99.9%"
+    return f"{pct:g}%"
+
+
+@dataclass(frozen=True)
+class EpochDeadLetters:
+    """A checkpoint's dead letters against the records of its epoch. Exit 0 and an empty sink look the
+    same whether an epoch was quiet or every record was refused (a producer changed its format): these
+    figures tell the two apart wherever a checkpoint is shown."""
+
+    count: int
+    records: int
+    #: count / records (0 for an epoch without records)
+    share: float
+    #: the first distinct reasons, in the order their dead letters were recorded
+    reasons: tuple[str, ...]
+
+    def summary(self) -> str:
+        letters = f"{self.count:,} dead letter{'s' * (self.count != 1)}"
+        return f"{letters} ({percent(self.share)} of {self.records:,} records)"
+
+    def describe(self) -> str:
+        """The summary and the first reasons: a line that says what went wrong, not only how much."""
+        return self.summary() + (": " + ", ".join(map(repr, self.reasons)) if self.reasons else "")
+
+
 @dataclass(frozen=True)
 class BackEdgeLogRow:
     operator: str
@@ -170,6 +207,8 @@ class CheckpointDetail:
     acks: list[AckRow]
     sink_transactions: list[SinkTransactionRow]
     dead_letter_count: int
+    #: the count against the epoch's records, with the first reasons
+    dead_letter_figures: EpochDeadLetters
     dead_letters: list[DeadLetterRow]
     back_edge_records: int
     back_edge_bytes: int
@@ -240,6 +279,37 @@ def _cuts(c, job: str) -> dict[int, dict[str, int]]:
     return cuts
 
 
+def _replays(c, job: str) -> dict[int, int | None]:
+    return dict(c.execute(select(Checkpoint.checkpoint_id, Checkpoint.replay_of).where(Checkpoint.job == job)).all())
+
+
+def _first_reasons(c, job: str, checkpoint_id: int) -> tuple[str, ...]:
+    return tuple(c.scalars(
+        select(DeadLetter.reason).where(DeadLetter.job == job, DeadLetter.checkpoint_id == checkpoint_id)
+        .group_by(DeadLetter.reason).order_by(func.min(DeadLetter.id)).limit(DEAD_LETTER_REASONS)))
+
+
+def epoch_dead_letters(engine: Engine, job: str, checkpoint_ids: Iterable[int]) -> dict[int, EpochDeadLetters]:
+    """Each checkpoint's dead letters (the rows recorded with it: ``checkpoint_stats.dead_letters``, the
+    first distinct reasons) against its epoch's records (``epoch_records``). A replay's own dead letters
+    are the late records its run found; those of the lines it re-reads stay with the barrier that
+    registered them, which reported them at inject."""
+    ids = sorted(set(checkpoint_ids))
+    if not ids:
+        return {}  # e.g. a run with nothing pending: no need to read every cut
+    with engine.connect() as c:
+        counts = {int(cid): int(n) for cid, n in c.execute(
+            select(DeadLetter.checkpoint_id, func.count())
+            .where(DeadLetter.job == job, DeadLetter.checkpoint_id.in_(ids)).group_by(DeadLetter.checkpoint_id))}
+        records = epoch_records(_cuts(c, job), _replays(c, job))
+        reasons = {cid: _first_reasons(c, job, cid) for cid in counts}
+    figures = {}
+    for cid in ids:
+        count, epoch = counts.get(cid, 0), records.get(cid, 0)
+        figures[cid] = EpochDeadLetters(count, epoch, count / epoch if epoch else 0.0, reasons.get(cid, ()))
+    return figures
+
+
 def timeline(engine: Engine, job: str) -> list[EpochPoint]:
     """Every retained checkpoint of the job, oldest first, with what the charts plot."""
     s = CHECKPOINT_STATS.c
@@ -291,7 +361,7 @@ def checkpoint_detail(engine: Engine, job: str, checkpoint_id: int) -> Checkpoin
     with engine.connect() as c:
         row = c.execute(
             _summary_query(job).add_columns(Checkpoint.failure_detail, s.snapshot_mode, s.back_edge_records,
-                                            s.back_edge_bytes, s.dead_letters, Checkpoint.recovery_id)
+                                            s.back_edge_bytes, Checkpoint.recovery_id)
             .join(CHECKPOINT_STATS, (s.job == Checkpoint.job) & (s.checkpoint_id == Checkpoint.checkpoint_id))
             .where(SNAPSHOT_HISTORY.c.checkpoint_id == checkpoint_id)
         ).first()
@@ -313,13 +383,13 @@ def checkpoint_detail(engine: Engine, job: str, checkpoint_id: int) -> Checkpoin
                     BackEdgeLog.job == job, BackEdgeLog.checkpoint_id == checkpoint_id)
                     .order_by(BackEdgeLog.operator, BackEdgeLog.subtask)).all()]
         cuts = _cuts(c, job)
-        replays = dict(c.execute(select(Checkpoint.checkpoint_id, Checkpoint.replay_of)
-                                 .where(Checkpoint.job == job)).all())
+        replays = _replays(c, job)
     summary = _summary(row)
+    dead = epoch_dead_letters(engine, job, [checkpoint_id])[checkpoint_id]
     return CheckpointDetail(
         job=job, summary=summary, snapshot_mode=row.snapshot_mode, failure_detail=row.failure_detail,
         cut=cuts.get(checkpoint_id, {}), records=epoch_records(cuts, replays).get(checkpoint_id, 0),
-        acks=acks, sink_transactions=txns, dead_letter_count=int(row.dead_letters or 0), dead_letters=letters,
+        acks=acks, sink_transactions=txns, dead_letter_count=dead.count, dead_letter_figures=dead, dead_letters=letters,
         back_edge_records=int(row.back_edge_records or 0), back_edge_bytes=int(row.back_edge_bytes or 0),
         back_edge_logs=logs, recovery_id=row.recovery_id,
         recoveries=recoveries_touching(engine, job, checkpoint_id, row.recovery_id),

@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 from coordinator.checkpoints import state_files, weak
 from coordinator.sources import id_store, segment_changes, source
 from coordinator.sinks import transactions as sinks
+from coordinator.catalog import audit
 from coordinator.catalog.models import DeadLetter, SourceSegment
-from coordinator.errors import TolerableFailuresExceededError
+from coordinator.errors import DeadLetterShareError, TolerableFailuresExceededError
 from coordinator.faults import fault_point
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lease import expire_unless_processing
@@ -49,6 +50,23 @@ class CheckpointCoordinator:
     def inject(self, now: datetime | None = None) -> TriggerOutcome:
         self.store.register_job(self.job)
         return self.store.trigger(self.job.name, self._build_cut, now)
+
+    def dead_letters(self, checkpoint_id: int) -> audit.EpochDeadLetters:
+        """Barrier ``checkpoint_id``'s dead letters against its epoch's records (``audit.epoch_dead_letters``)."""
+        return audit.epoch_dead_letters(self.store.engine, self.job.name, [checkpoint_id])[checkpoint_id]
+
+    def check_dead_letters(self, checkpoint_id: int, dead: audit.EpochDeadLetters) -> None:
+        """DeadLetterShareError (exit 1) when more of the barrier's new records are dead letters than the
+        job's ``max_dead_letter_share``. Called once the barrier is committed: the failure makes someone
+        look, and loses nothing (the records stay in the epoch, the dead letters in the catalog)."""
+        limit = self.job.max_dead_letter_share
+        if limit is None or dead.share <= limit:
+            return
+        raise DeadLetterShareError(
+            f"barrier {checkpoint_id} of job {self.job.name!r}: {audit.percent(dead.share)} of its "
+            f"{dead.records:,} new records are dead letters, above max_dead_letter_share={limit:g} (first reason: "
+            f"{dead.reasons[0]!r}); the barrier is registered, its dead letters are in the catalog"
+        )
 
     def _build_cut(self, s: Session, checkpoint_id: int) -> tuple[dict[str, int], int, int]:
         """Check the registered segments, register newly landed ones and return the cut: every

@@ -64,6 +64,13 @@ class SinkSpec:
         return self.declaration.target(self.arrow_schema, self.key, catalog_url)
 
 
+def check_dead_letter_share(job: str, share: float | None) -> None:
+    """ValueError unless ``share`` is None or a share of records, 0 to 1: any other threshold is a typo
+    that would pass or fail every epoch alike."""
+    if share is not None and not 0 <= share <= 1:
+        raise ValueError(f"job {job!r}: max_dead_letter_share must be between 0 and 1, got {share!r}")
+
+
 @dataclass(frozen=True)
 class JobDefinition:
     name: str
@@ -82,6 +89,8 @@ class JobDefinition:
     loop_rounds: int = 4
     #: "exactly_once" (aligned ABS) or "weak" (``coordinator.checkpoints.weak``: opt-in, loses records on failure)
     consistency: str = "exactly_once"
+    #: an inject whose new records hold a larger share of dead letters fails (exit 1); None: no limit
+    max_dead_letter_share: float | None = None
     #: the declaration (``absreplay.api.Job``) the Spark runtime runs; where it was found
     spec: Any = field(default=None, compare=False, repr=False)
     origin: str = ""
@@ -95,6 +104,7 @@ class JobDefinition:
         if self.consistency == "weak" and self.loop_tail is not None:
             raise ValueError(f"job {self.name!r}: consistency='weak' is for acyclic jobs; a loop's back-edge "
                              f"log needs aligned checkpoints")
+        check_dead_letter_share(self.name, self.max_dead_letter_share)
 
     @property
     def state_operator(self) -> str:
