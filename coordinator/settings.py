@@ -8,7 +8,7 @@ ABS_HOME          where the defaults live (default ./.absreplay)
 ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
 ABS_JOBS_DIR      a folder of job files (``absreplay.job_discovery``; default: none)
 ABS_STATE_BACKEND local (keyed aggregates on local stores, ``spark_jobs.store_backend``) or spark
-ABS_STORE_DIR     where the local stores live (default: <state root>/<job>/_stores for a local root)
+ABS_STORE_DIR     where the local stores live on each host (default: absreplay-stores in each executor's local dir)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache, cached_property
 from pathlib import Path
@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession
 from sqlalchemy import select
 
+from coordinator.catalog import audit
 from coordinator.checkpoints import recovery, weak
 from coordinator.sources import segment_changes, source
 from coordinator.faults import fault_point
@@ -35,7 +36,7 @@ from spark_jobs.progress import Steps
 from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
-from spark_jobs.store_backend import StoreBackend, StoreState
+from spark_jobs.store_backend import StoreBackend, StoreState, incarnation
 from spark_jobs.weak_snapshots import WeakSnapshotWriter
 
 
@@ -44,10 +45,17 @@ class EpochPlan:
     checkpoint_id: int
     segments: list[SourceSegment]
     dead_offsets: list[tuple[str, int]]
+    #: the checkpoint's dead letters against its epoch's records, as inject and the view say them
+    dead_letters: audit.EpochDeadLetters | None = None
 
     @property
     def records(self) -> int:
         return sum(s.records for s in self.segments) - len(self.dead_offsets)
+
+    @property
+    def dead_letter_note(self) -> str:
+        """The epoch line's dead letters and their share: an epoch of refused records is not a quiet one."""
+        return f"; {self.dead_letters.summary()}" if self.dead_letters and self.dead_letters.count else ""
 
 
 @dataclass
@@ -56,6 +64,17 @@ class EpochMetrics:
     records: int
     process_s: float
     state_rows: int = 0
+    #: how its store tasks found their stores (``StoreState.loads``): hits, reloads, the longest reload's seconds
+    store_hits: int = 0
+    store_reloads: int = 0
+    store_reload_s: float = 0.0
+
+    def count_stores(self, states: Mapping[str, object]) -> EpochMetrics:
+        loads = store_loads(states)
+        self.store_hits = sum(1 for kind, _ in loads if kind == "hit")
+        reloads = [s for kind, s in loads if kind == "reload"]
+        self.store_reloads, self.store_reload_s = len(reloads), max(reloads, default=0.0)
+        return self
 
 
 @dataclass
@@ -94,6 +113,21 @@ class _Later(Mapping):
 
 def log(msg: str) -> None:
     print(msg, file=sys.stdout, flush=True)
+
+
+def store_loads(states: Mapping[str, object]) -> list[tuple[str, float]]:
+    """How an epoch's store tasks found their stores (``StoreState.loads``): ("hit" | "reload", seconds) each;
+    none for an epoch that ran no store task (a group's later epochs: its first reports the group's)."""
+    return [v for st in states.values() if isinstance(st, StoreState) and st.loads for v in st.loads.values()]
+
+
+def store_note(metrics: EpochMetrics) -> str:
+    """The progress line's word on the stores: hits, and reloads with the longest one's seconds."""
+    parts = [f"{metrics.store_hits} hit{'s' * (metrics.store_hits != 1)}"] if metrics.store_hits else []
+    if metrics.store_reloads:
+        parts.append(f"{metrics.store_reloads} reload{'s' * (metrics.store_reloads != 1)} "
+                     f"({metrics.store_reload_s:.2f}s)")
+    return "; stores: " + ", ".join(parts) if parts else ""
 
 
 class EpochRunner:
@@ -144,7 +178,8 @@ class EpochRunner:
             cut = self.store.cut(self.job.name, ck.checkpoint_id)
             plans.append(self._plan_range(prev_cut, cut, ck.checkpoint_id, dead))
             prev_cut = cut
-        return plans
+        figures = audit.epoch_dead_letters(self.store.engine, self.job.name, [pl.checkpoint_id for pl in plans])
+        return [replace(pl, dead_letters=figures[pl.checkpoint_id]) for pl in plans]
 
     def plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int) -> EpochPlan:
         """The records between two cuts, as one epoch (e.g. everything before a cut, for verify)."""
@@ -184,9 +219,18 @@ class EpochRunner:
     def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None,
                 skip: set[str] = frozenset()) -> Restored:
         """Every operator's state at ``checkpoint_id`` (``spark_jobs.restore``); ``skip``: operators whose
-        local stores hold it already (their chains are still read from the catalog, not their files)."""
+        stores' tasks load it themselves (their chains are read from the catalog, not their files)."""
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore(
             checkpoint_id, heads, skip)
+
+    def read_state(self, restored: Restored, operator: str) -> DataFrame:
+        """An operator's restored state as one DataFrame: as restored, or, where its stores' tasks were to load
+        it themselves (skipped), read and checked from its chain now (a restore at another parallelism)."""
+        if restored.states.get(operator) is not None:
+            return restored.states[operator]
+        spec = next(st for st in self.job.states if st.operator == operator)
+        return keyed_state.restore(self.spark, self.flow.state_schema(self.spark, operator), spec.key,
+                                   restored.links[operator], self.job.parallelism, spec.identity)
 
     def restore_weak(self, point: int | None, heads: dict[str, int | None], skip: set[str]) -> Restored:
         """A weak job's operators, each at its own head (``spark_jobs.restore``)."""
@@ -257,27 +301,21 @@ class EpochRunner:
             f"parallelism {p}" + (f" ({weak.LABEL})" if self.weak else "")
         )
         t0 = time.perf_counter()
-        created = self.job_row.created_at
         stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
-                                 f"{created:%Y%m%dT%H%M%S%f}")
+                                 incarnation(self.job_row.created_at))
         # where each operator's state is: the restore point, or (weak) each operator's own head
         heads = weak.heads(self.store, self.job) if self.weak else point
-        ready = set()
-        if stores is not None and (restored is None or not restored.partial):
-            ready = stores.reachable(heads)
+        # the stores' tasks load their own state from the chains' files: only the chains are read here
+        skip = stores.operators if stores is not None else set()
         if restored is None:
-            restored = self.restore_weak(point, heads, ready) if self.weak else self.restore(point, skip=ready)
+            restored = self.restore_weak(point, heads, skip) if self.weak else self.restore(point, skip=skip)
         if self.weak:
             log("  each operator from its own latest snapshot: "
                 + ", ".join(f"{op} {'checkpoint ' + str(h) if h else 'empty'}" for op, h in heads.items()))
         states = dict(restored.states)
         if stores is not None:
-            states.update(stores.open(heads, ready, states))
-            if stores.operators:
-                log(f"  local stores of {', '.join(sorted(stores.operators))}: "
-                    + ", ".join(f"{op} {'kept' if op in ready else 'loaded'}" for op in sorted(stores.operators)))
-            for path in stores.remove_stale():
-                log(f"  removed the stores no run opens again: {path}")
+            states.update(stores.open(heads, restored.links, restored.parallelism, restored.partial,
+                                      lambda op: self.read_state(restored, op)))
         back_edge = restored.back_edge
         if back_edge is not None:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
@@ -359,11 +397,12 @@ class EpochRunner:
             states.update(out.states)
             outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
             elapsed = share + time.perf_counter() - t1
-            report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
+            metrics = EpochMetrics(plan.checkpoint_id, plan.records, elapsed).count_stores(out.states)
+            report.epochs.append(metrics)
             writer.snapshot(plan.checkpoint_id, dict(states), None, outputs=outputs, watermarks=dict(watermarks))
             steps.done(f"  [{k}/{total}] epoch {plan.checkpoint_id}: {plan.records:,} records from "
                        f"{len(plan.segments)} segment(s) in {elapsed:.2f}s (epochs {group[0].checkpoint_id}.."
-                       f"{group[-1].checkpoint_id} together)")
+                       f"{group[-1].checkpoint_id} together)" + plan.dead_letter_note + store_note(metrics))
 
     def _run_one(self, plan: EpochPlan, restored: Restored, states: dict[str, DataFrame], back_edge: DataFrame | None,
                  watermarks: dict[str, int | None], writer: SnapshotWriter, report: RunReport, steps: Steps,
@@ -390,12 +429,14 @@ class EpochRunner:
             states[spec.operator] = new_state
         outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
         elapsed = time.perf_counter() - t0
-        report.epochs.append(EpochMetrics(plan.checkpoint_id, plan.records, elapsed))
+        metrics = EpochMetrics(plan.checkpoint_id, plan.records, elapsed).count_stores(states)
+        report.epochs.append(metrics)
         writer.snapshot(plan.checkpoint_id, dict(states), None if len(behind) == p else behind,
                         back_edge=back_edge, outputs=outputs, watermarks=dict(watermarks))
         steps.done(
             f"  [{i}/{total}] epoch {plan.checkpoint_id}: {plan.records:,} records "
             f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"
-            + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)")
+            + ("" if len(behind) == p else f" (subtasks {sorted(behind)} only)") + plan.dead_letter_note
+            + store_note(metrics)
         )
         return back_edge

@@ -87,6 +87,12 @@ class SnapshotTiming:
     back_edge_ms: int = 0
 
 
+def store_event(state: object, subtask: int) -> dict:
+    """How the epoch's apply found subtask ``subtask``'s local store (``StoreState.loads``), as ack columns."""
+    found = state.loads.get(subtask) if isinstance(state, StoreState) and state.loads else None
+    return {} if found is None else {"store_event": found[0], "store_load_ms": round(found[1] * 1000)}
+
+
 @dataclass
 class SnapshotWriter:
     spark: SparkSession
@@ -345,6 +351,7 @@ class SnapshotWriter:
                 operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else base,
                 state_bytes=manifest.bytes_under(f"subtask={i}") if uri else 0, state_rows=st.rows,
                 checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
+                **store_event(state, i),
             ))
         if full:
             self.last_full_rows[op] = sum(x.rows for x in stats.values())

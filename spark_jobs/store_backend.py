@@ -31,45 +31,57 @@ an epoch's changes, for whatever reads them, are its delta files.
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
 next epoch may already be applied), in Spark tasks: nothing is collected to the
 driver. For a local state root those tasks write the snapshot's files
-themselves, as they write the deltas (``write_full``). A run starts from the
-stores as they are when they hold the checkpoint it restores (or can roll back
-to it); otherwise it loads them from the checkpoint's snapshot files, read and
-checked as before. The snapshots stay the durable truth: a lost store directory
-costs a reload, never data.
+themselves, as they write the deltas (``write_full``).
+
+The driver opens no store. Each task finds its store on its own executor, or
+builds it there from the snapshot files of the version it needs
+(``spark_jobs.store_loader``): the restored checkpoint's chain, then the deltas
+this run's tasks wrote. The snapshots stay the durable truth: a lost executor,
+disk or store folder costs a reload, never data. A restore at another
+parallelism first splits the checkpoint's state by the new key groups into one
+file per new subtask under the state root (``StoreBackend._split``), which the
+tasks load.
 
 Which aggregates: count, sum, min, max and mean over integer, floating, string and
 boolean columns. A ``combine`` aggregate, a process function, a window, a join
 and a loop keep the DataFrame state. ``verify`` always recomputes with the
 DataFrame operators, so it checks the stores against an independent path.
 
-Stores live under ``ABS_STORE_DIR`` or, for a local state root, under
-``<state root>/<job>/_stores``: every executor must see that directory (one
-host, or a shared mount).
+Stores live in each executor's local directory (``absreplay-stores`` under
+Spark's local dir, ``store_loader.executor_root``), or under ``ABS_STORE_DIR``
+when set: nothing but the state root, the input and the catalog is shared
+between hosts.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from functools import cache, partial
 import shutil
-import sqlite3
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import cache, partial
 from pathlib import Path
+from typing import TypeVar
 
+from pyspark import Accumulator
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from coordinator.checkpoints import state_files
+from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
+from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
 from spark_jobs import keyed_operators as ko, store_tasks
 from spark_jobs.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
-from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError, SubtaskStore
+from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError
 from spark_jobs.spark_types import spark_schema, spark_type
+from spark_jobs.store_loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
+
+T = TypeVar("T")
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
@@ -80,14 +92,17 @@ EPOCH = "_abs_epoch"
 SLOT, PRESENT = "_abs_slot", "_abs_present"
 
 
-def store_root(state_uri: str, job: str) -> Path:
+def store_root(job: str, incarnation: str | None = None) -> Path:
+    """The folder of a job's stores (of one ``incarnation``) on this host: ``ABS_STORE_DIR``'s, or that of an
+    executor here with Spark's default local dir (``store_loader.executor_root``)."""
     configured = Settings.from_env().store_dir
-    if configured:
-        return Path(configured).expanduser().resolve() / job
-    root = state_files.normalize_root(state_uri)
-    if "://" in root:
-        return Path(tempfile.gettempdir()) / "absreplay-stores" / job
-    return Path(root) / job / "_stores"
+    root = Path(configured).expanduser().resolve() / job if configured else Path(executor_root()) / job
+    return root / incarnation if incarnation else root
+
+
+def incarnation(created: datetime) -> str:
+    """A job incarnation's name in its stores' paths: its catalog row's creation time."""
+    return f"{created:%Y%m%dT%H%M%S%f}"
 
 
 def layout_of(node: object, spec: StateSpec) -> Layout | None:
@@ -115,12 +130,20 @@ class StoreState:
     """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows."""
 
     operator: str
-    directory: str
+    #: ``ABS_STORE_DIR``'s folder of the job, "" for each executor's own (``store_loader.StoreAt``)
+    root: str
+    #: the stores' folder under it: ``<job>/<incarnation>/<operator>/<layout>``
+    path: str
     layout: Layout
     schema: StructType
     parallelism: int
     max_parallelism: int
     version: int
+    #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
+    #: (``store_loader.StoreAt.files``); None: none (the state root is remote and this run's deltas unwritten)
+    files: tuple[tuple[StateFile, ...], ...] | None
+    #: the tasks report hits and reloads here (``store_loader.StoreEvents``)
+    events: Accumulator
     #: the job's snapshot folder when the state root is local (the epoch's tasks write its delta there)
     snapshots: str | None = None
     #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
@@ -129,10 +152,19 @@ class StoreState:
     #: the delta the epoch's tasks wrote to chk-<version>/<operator>/: rows and checksum per subtask,
     #: observed as they were written (None: not written; the snapshot writer writes it)
     written: dict | None = None
+    #: the next tasks load their stores from ``files`` even where one holds ``version`` (a partial recovery)
+    reload: bool = False
+    #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds)
+    loads: dict | None = None
 
     @property
     def columns(self) -> list[str]:
         return self.schema.fieldNames()
+
+    @property
+    def at(self) -> StoreAt:
+        """What a task of this state needs (``store_loader``)."""
+        return StoreAt(self.root, self.path, self.layout, self.version, self.files, self.reload)
 
     @property
     def changes(self) -> DataFrame | None:
@@ -143,17 +175,28 @@ class StoreState:
         """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots`` (a local state root)."""
         return f"{self.snapshots}/chk-{checkpoint_id}/{self.operator}"
 
-    def subtask_dir(self, i: int) -> str:
-        return f"{self.directory}/subtask-{i}"
-
     def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
         """The state as of ``version`` (``since``: the rows changed after that version), read by one
         Spark task per store."""
         if (since or 0) == self.prev and self.changes is not None:  # version 0: the stores were empty
             return self.changes
         one_per_store = spark.range(0, self.parallelism, 1, self.parallelism)  # partition i: store i
-        return one_per_store.mapInArrow(store_tasks.read_task(self.directory, self.layout, self.version, since),
-                              self.schema)
+        return one_per_store.mapInArrow(store_tasks.read_task(self.at, self.operator, self.events, since),
+                                        self.schema)
+
+    def applied_loads(self) -> dict[int, tuple[str, float]]:
+        """How the apply from this state found each subtask's store (its tasks' events, ``store_loader``): a
+        group of epochs applied at once is one apply, reported with its first epoch."""
+        return {e[1]: (e[4], e[5]) for e in self.events.value
+                if e[0] == self.operator and e[2] == self.version and e[3] == "apply"}
+
+    def after(self, version: int, delta: str, rows: dict[int, int]) -> tuple | None:
+        """``files`` at ``version``, applied on this state: these plus the epoch's delta its tasks wrote to
+        folder ``delta`` (``rows`` per subtask); None where these are None."""
+        if self.files is None:
+            return None
+        return tuple(mine + ((StateFile(f"{delta}/{SUBTASK}={i}", rows[i], version, sealed=False),)
+                             if rows.get(i) else ()) for i, mine in enumerate(self.files))
 
 
 def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict:
@@ -163,12 +206,12 @@ def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict
     (``keyed_state.snapshot_metrics``)."""
     folder = state.checkpoint_dir(state.version)
     shutil.rmtree(folder, ignore_errors=True)  # the epoch's delta, an earlier attempt's files
-    dump = store_tasks.dump_task(state.directory, state.layout, state.version, folder, SUBTASK)
+    dump = store_tasks.dump_task(state.at, state.operator, state.events, folder, SUBTASK)
     rows = spark.range(0, state.parallelism, 1, state.parallelism).mapInArrow(
         dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     observation = Observation(f"full-{state.version}-{state.operator}")
-    rows.observe(observation, *snapshot_metrics(state.columns, state.parallelism, base)).write.format("noop").mode(
-        "overwrite").save()
+    integrity_checked(lambda: rows.observe(observation, *snapshot_metrics(
+        state.columns, state.parallelism, base)).write.format("noop").mode("overwrite").save())
     return observation.get
 
 
@@ -258,48 +301,68 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
 
     # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``): in
     # Spark, that was 10 times the rows through Arrow to the Python worker (0.4 s of a catch-up's 0.6 s apply)
-    apply = store_tasks.apply_task(state.directory, state.layout, SUBTASK, ids, state.version, deltas, merged, PRESENT)
+    apply = store_tasks.apply_task(state.at, state.operator, state.events, SUBTASK, ids, deltas, merged, PRESENT)
     applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     if deltas is None:  # the snapshot writer writes the deltas from these rows
-        out = applied.localCheckpoint(eager=True)
-        return [replace(state, version=checkpoint_id, prev=prev, written=None, changes_of=cache(
-            lambda c=checkpoint_id: (out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
-                for checkpoint_id, prev in zip(ids, prevs, strict=True)]
+        out = integrity_checked(lambda: applied.localCheckpoint(eager=True))
+        loads = state.applied_loads()
+        return [replace(state, version=checkpoint_id, prev=prev, written=None, files=None, reload=False,
+                        loads=loads if k == 0 else {}, changes_of=cache(lambda c=checkpoint_id: (
+                            out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
+                for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True))]
     # the apply runs inside the aggregation that counts and checksums its rows, and nothing keeps them: an
     # epoch's changes are the delta files it wrote
-    found = metrics_by(applied, state.columns, ["updated", SUBTASK])
-    states = []
+    found = integrity_checked(lambda: metrics_by(applied, state.columns, ["updated", SUBTASK]))
+    loads = state.applied_loads()
+    states, last = [], state
     for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
         mine = {}
         for i in range(p):
             mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
         changes = cache(partial(_delta_rows, spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]]))
         written = {"uri": "file://" + deltas[k], "metrics": mine}
-        states.append(replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written))
+        files = last.after(checkpoint_id, deltas[k], {i: mine[f"rows_{i}"] for i in range(p)})
+        last = replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written, files=files,
+                       reload=False, loads=loads if k == 0 else {})
+        states.append(last)
     return states
 
 
+def integrity_checked(action: Callable[[], T]) -> T:
+    """``action`` (a Spark action running store tasks), a task's integrity failure (``store_loader.INTEGRITY``)
+    raised as the ``StateIntegrityError`` it names, in one line, instead of Spark's traceback."""
+    try:
+        return action()
+    except Exception as exc:  # noqa: BLE001 - Spark wraps a task's error in several kinds
+        text = str(exc)
+        if INTEGRITY not in text:
+            raise
+        raise StateIntegrityError(text.split(INTEGRITY, 1)[1].splitlines()[0]) from None
+
+
 class StoreBackend:
-    """The stores of a run's keyed aggregates: reuse or load them at the restore point."""
+    """The stores of a run's keyed aggregates: what their tasks need to find or build them at the restore point.
+    Opens none: the tasks do, on their executors (``store_loader``)."""
 
     def __init__(self, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str,
                  max_parallelism: int, incarnation: str) -> None:
-        self.spark, self.job = spark, job
+        self.spark, self.job, self.state_uri = spark, job, state_uri
         p = job.parallelism
         self.states: dict[str, StoreState] = {}
-        # checkpoint ids are a job's (never reused), so a version names one state of one incarnation of
-        # the job (its catalog row), one layout and one parallelism
-        root = self.root = store_root(state_uri, job.name) / incarnation
+        self.events = spark.sparkContext.accumulator([], StoreEvents())
+        configured = Settings.from_env().store_dir
+        root = str(Path(configured).expanduser().resolve()) if configured else ""
         local = state_files.normalize_root(state_uri)
         snapshots = None if "://" in local else f"{local}/{job.name}"
         for spec in job.states:
             layout = layout_of(nodes[spec.operator], spec)
             if layout is not None:
+                # checkpoint ids are a job's (never reused), so a version names one state of one incarnation of
+                # the job (its catalog row), one layout and one parallelism
                 shape = hashlib.sha256(repr((FORMAT, layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
-                directory = root / spec.operator / f"p{p}-g{max_parallelism}-{shape}"
-                self.states[spec.operator] = StoreState(spec.operator, str(directory), layout,
-                                                        spark_schema(spec.columns), p, max_parallelism, 0,
-                                                        snapshots)
+                path = f"{job.name}/{incarnation}/{spec.operator}/p{p}-g{max_parallelism}-{shape}"
+                self.states[spec.operator] = StoreState(spec.operator, root, path, layout, spark_schema(spec.columns),
+                                                        p, max_parallelism, 0, (), self.events, snapshots)
 
     @classmethod
     def of(cls, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str, max_parallelism: int,
@@ -312,71 +375,48 @@ class StoreBackend:
     def operators(self) -> set[str]:
         return set(self.states)
 
-    def reachable(self, point: int | None | dict[str, int | None]) -> set[str]:
-        """The operators whose every store holds checkpoint ``point`` or can roll back to it (``point``
-        per operator: a weak-consistency job's heads)."""
-        return {op for op, st in self.states.items() if all(
-            self._reach(st, i, _at(point, op) or 0) for i in range(st.parallelism))}
-
-    def _reach(self, state: StoreState, i: int, point: int) -> bool:
-        store = SubtaskStore(state.subtask_dir(i), state.layout)
-        try:
-            with store:
-                info = store.info()
-                return info.floor <= point <= info.version
-        except (StoreVersionError, sqlite3.Error):
-            return False
-
-    def open(self, points: int | None | dict[str, int | None], ready: set[str],
-             restored: dict[str, DataFrame | None]) -> dict[str, StoreState]:
-        """Every store at ``points`` (one checkpoint, or one per operator): rolled back when in ``ready``,
-        else loaded from ``restored``."""
-        out = {}
+    def open(self, points: int | None | dict[str, int | None], links: dict[str, list[ChainLink]],
+             taken_at: int | None, reload: bool, read: Callable[[str], DataFrame]) -> dict[str, StoreState]:
+        """Every store at ``points`` (one checkpoint, or one per operator): found by its tasks where their
+        executors hold it, else loaded from the restored chain ``links``. ``taken_at``: the parallelism of the
+        checkpoint (another splits it first, ``_split``, its state ``read`` as restored and verified);
+        ``reload``: every task loads from the files (a partial recovery's chains mix checkpoints)."""
+        p, out = self.job.parallelism, {}
         for op, st in self.states.items():
-            point = _at(points, op)
-            if op in ready:
-                for i in range(st.parallelism):
-                    with SubtaskStore(st.subtask_dir(i), st.layout) as store:
-                        if store.info().version != (point or 0):
-                            store.rollback(point or 0)
-            elif point:
-                self._load(st, restored[op], point)
-            else:  # the empty state of a start from the sources: no Spark job
-                for i in range(st.parallelism):
-                    SubtaskStore(st.subtask_dir(i), st.layout).load((), 0)
-            out[op] = replace(st, version=point or 0)
+            point = _at(points, op) or 0
+            chain = links.get(op, [])
+            if chain and taken_at != p:
+                files = self._split(st, read(op), point)
+            else:
+                per = {i: [] for i in range(p)}
+                for link in chain:  # newest first per subtask
+                    per[link.subtask].insert(0, StateFile(link.uri, link.rows, link.checkpoint_id))
+                files = tuple(tuple(per[i]) for i in range(p))
+            out[op] = replace(st, version=point, files=files, reload=reload)
         return out
 
-    def remove_stale(self) -> list[str]:
-        """Delete the stores of this job incarnation that no run opens again: those of another layout
-        (another parallelism, key-group count or state shape) and of operators the job no longer keeps
-        in stores. Called under the run's lease, once its own stores are open; the paths removed.
+    def _split(self, state: StoreState, rows: DataFrame, version: int) -> tuple[tuple[StateFile, ...], ...]:
+        """The state at ``version``, taken at another parallelism, split by the new key groups into one file
+        per subtask under ``<job>/_rescaled/`` in the state root (any filesystem): the files its stores load."""
+        keys, p = list(state.layout.keys), state.parallelism
+        folder = f"{state_files.spark_uri(self.state_uri)}/{self.job.name}/_rescaled/{version}-p{p}/{state.operator}"
+        state_files.delete_dir(folder)
+        data = with_subtask(rows.select(*state.columns), keys, p, state.max_parallelism)
+        split = store_tasks.split_task(state.layout, SUBTASK, folder)
+        written = dict(_by_store(data, p).sortWithinPartitions(*keys).mapInArrow(
+            split, f"{SUBTASK} int, rows long").collect())
+        if sorted(written) != list(range(p)):
+            raise StoreVersionError(f"splitting the state of {state.operator} for parallelism {p}: subtasks "
+                                    f"{sorted(written)} written, expected 0..{p - 1}")
+        return tuple((StateFile(f"{folder}/{SUBTASK}={i}", written[i], version, sealed=False),) if written[i] else ()
+                     for i in range(p))
 
-        A store is a cache of the snapshot files: a run that changes its parallelism back, or a rewind
-        to a checkpoint an old store still held, loads its stores from the files again. Other
-        incarnations' folders are left alone: with a remote state root the store root is shared by
-        every catalog on the host, and another catalog's job of the same name may be running."""
-        keep = {Path(st.directory) for st in self.states.values()}
-        removed = []
-        for operator in sorted(p for p in self.root.glob("*") if p.is_dir()):
-            for layout in sorted(p for p in operator.glob("*") if p.is_dir()):
-                if layout not in keep:
-                    shutil.rmtree(layout)
-                    removed.append(str(layout))
-            if not any(operator.iterdir()):
-                operator.rmdir()
-        return removed
-
-    def _load(self, state: StoreState, rows: DataFrame, version: int) -> None:
-        keys, directory, layout = list(state.layout.keys), state.directory, state.layout
-        data = with_subtask(rows.select(*state.columns), keys, state.parallelism, state.max_parallelism)
-        # sorted: SQLite's B-tree fills in key order
-        load = store_tasks.load_task(directory, layout, SUBTASK, version)
-        loaded = (_by_store(data, state.parallelism).sortWithinPartitions(*keys)
-                  .mapInArrow(load, f"{SUBTASK} int, rows long").collect())
-        if sorted(r[SUBTASK] for r in loaded) != list(range(state.parallelism)):
-            raise StoreVersionError(f"loading the stores of {state.operator} in {directory}: subtasks "
-                                    f"{sorted(r[SUBTASK] for r in loaded)} loaded, expected 0..{state.parallelism - 1}")
+    def report(self) -> list[tuple]:
+        """The store events of the tasks run since the last call: (operator, subtask, version, "hit" or "reload",
+        seconds, rows loaded)."""
+        events = list(self.events.value)
+        self.events.value = []
+        return events
 
 
 def _at(point: int | None | dict[str, int | None], operator: str) -> int | None:

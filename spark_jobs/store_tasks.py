@@ -8,7 +8,9 @@ pyarrow: not pyspark.sql's planning side, the catalog or SQLAlchemy, which took
 Each task serves the store of the Spark partition it runs in: the rows are
 partitioned by subtask with ``repartitionById``, so partition i holds subtask i's
 rows alone, and a partition with no rows still runs its store's task (an epoch
-that touched none of its keys still moves its version).
+that touched none of its keys still moves its version). It finds that store on
+its own executor, or builds it there from the checkpoint files
+(``spark_jobs.store_loader``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 
-from spark_jobs.local_store import Layout, SubtaskStore
+from coordinator.checkpoints import state_files
+
+from spark_jobs.local_store import Layout
+from spark_jobs.store_loader import StoreAt, opened
 
 Task = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -36,19 +41,23 @@ def checked(batches: Iterator[pa.RecordBatch], subtask: str, i: int) -> Iterator
             yield batch
 
 
-def apply_task(directory: str, layout: Layout, subtask: str, versions: list[int], prev: int,
+def apply_task(at: StoreAt, operator: str, events, subtask: str, versions: list[int],
                deltas: list[str] | None, merged: list[str], present: str) -> Task:
     """Fold the contributions of epochs ``versions`` (``per_epoch``: the rows are one per key, each merging
-    every epoch's) into the store at ``prev``; yields the changed rows of each epoch (with ``subtask``), and
-    writes each epoch's as the subtask's delta file under its folder in ``deltas`` when given."""
+    every epoch's) into the store at ``at.version``; yields the changed rows of each epoch (with ``subtask``),
+    and writes each epoch's as the subtask's delta file under its folder in ``deltas`` when given."""
+    layout = at.layout
 
     def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         i = TaskContext.get().partitionId()
         mine = list(checked(batches, subtask, i))
         table = per_epoch(pa.Table.from_batches(mine), layout, versions, merged, present) if mine else \
             layout.schema.empty_table()
-        with SubtaskStore(f"{directory}/subtask-{i}", layout) as store:
-            out = store.apply(table, versions, prev)
+        store = opened(at, i, operator, events, "apply")
+        try:
+            out = store.apply(table, versions, at.version)
+        finally:
+            store.close()
         for version, delta in zip(versions, deltas, strict=True) if deltas is not None else ():
             rows = out if len(versions) == 1 else out.filter(pc.equal(out.column("updated"), version))
             if rows.num_rows:
@@ -78,27 +87,30 @@ def per_epoch(wide: pa.Table, layout: Layout, versions: list[int], merged: list[
     return pa.concat_tables(parts) if parts else layout.schema.empty_table()
 
 
-def read_task(directory: str, layout: Layout, version: int, since: int | None) -> Task:
-    """The rows of the store of this task's partition as of ``version`` (changed after ``since``)."""
+def read_task(at: StoreAt, operator: str, events, since: int | None) -> Task:
+    """The rows of the store of this task's partition as of ``at.version`` (changed after ``since``)."""
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:  # the partition's one placeholder row
             pass
-        with SubtaskStore(f"{directory}/subtask-{TaskContext.get().partitionId()}", layout) as store:
-            yield from store.rows_as_of(version, since)
+        store = opened(at, TaskContext.get().partitionId(), operator, events, "read")
+        try:
+            yield from store.rows_as_of(at.version, since)
+        finally:
+            store.close()
 
     return read
 
 
-def dump_task(directory: str, layout: Layout, version: int, snapshot: str, subtask: str) -> Task:
-    """Write the store of this task's partition as of ``version`` as the subtask's file of a full snapshot under
-    folder ``snapshot`` (none when it holds no row); yields the rows written (with ``subtask``)."""
+def dump_task(at: StoreAt, operator: str, events, snapshot: str, subtask: str) -> Task:
+    """Write the store of this task's partition as of ``at.version`` as the subtask's file of a full snapshot
+    under folder ``snapshot`` (none when it holds no row); yields the rows written (with ``subtask``)."""
 
-    read = read_task(directory, layout, version, None)
+    read = read_task(at, operator, events, None)
 
     def dump(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         i = TaskContext.get().partitionId()
-        rows = pa.Table.from_batches(list(read(batches)), layout.schema)
+        rows = pa.Table.from_batches(list(read(batches)), at.layout.schema)
         if rows.num_rows:
             write_delta(rows, f"{snapshot}/{subtask}={i}")
         yield from rows.append_column(subtask, pa.array([i] * rows.num_rows, pa.int32())).to_batches()
@@ -106,16 +118,23 @@ def dump_task(directory: str, layout: Layout, version: int, snapshot: str, subta
     return dump
 
 
-def load_task(directory: str, layout: Layout, subtask: str, version: int) -> Task:
-    """Write the task's rows (one subtask's, sorted by key) as a new generation of its store at ``version``."""
+def split_task(layout: Layout, subtask: str, folder: str) -> Task:
+    """Write the task's rows (one subtask's, at a new parallelism) as that subtask's file under ``folder``,
+    whatever the filesystem (``state_files.filesystem``), for its store to load from; yields its row count."""
 
-    def load(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def split(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         i = TaskContext.get().partitionId()
-        n = SubtaskStore(f"{directory}/subtask-{i}", layout).load(
-            (b.select(layout.columns) for b in checked(batches, subtask, i)), version)
-        yield pa.record_batch([pa.array([i], pa.int32()), pa.array([n], pa.int64())], names=[subtask, "rows"])
+        mine = [b.select(layout.columns) for b in checked(batches, subtask, i)]
+        # Spark's batches may say NOT NULL where the store's layout does not
+        rows = pa.Table.from_batches(mine).cast(layout.schema) if mine else layout.schema.empty_table()
+        if rows.num_rows:
+            fs, path = state_files.filesystem(f"{folder}/{subtask}={i}")
+            fs.create_dir(path, recursive=True)
+            pq.write_table(rows, f"{path}/part-00000.parquet", filesystem=fs, compression="snappy")
+        yield pa.record_batch([pa.array([i], pa.int32()), pa.array([rows.num_rows], pa.int64())],
+                              names=[subtask, "rows"])
 
-    return load
+    return split
 
 
 def write_delta(rows: pa.Table, directory: str) -> None:

@@ -43,6 +43,13 @@ class Workspace:
     def input_dir(self) -> Path:
         return source.input_dir(self.settings.data_dir, self.job.name)
 
+    @property
+    def stores(self) -> Path:
+        """This job's local stores on this host (``spark_jobs.store_backend.store_root``)."""
+        from spark_jobs.store_backend import incarnation, store_root
+
+        return store_root(self.job.name, incarnation(self.store.job(self.job.name).created_at))
+
     def land(self, batch: int, lines: int = 400, partitions: int = 2, vocab: int = 300) -> int:
         return land_batch(self.input_dir, batch, lines, partitions=partitions, vocab_size=vocab)
 

@@ -124,8 +124,8 @@ def test_no_snapshots_run_epochs_together(tmp_path, spark, monkeypatch, one_at_a
 
 def test_a_crash_inside_a_group_recovers_exactly(tmp_path, spark, monkeypatch, one_at_a_time) -> None:
     """Killed once epoch 3 of a group of 6 was computed: the stores are at 6 already, past what `recover`
-    restores, so it loads them from the snapshot files; the sinks end as if nothing happened."""
+    restores, so their tasks reload them from the snapshot files; the sinks end as if nothing happened."""
     crashed, out = catch_up(tmp_path, spark, monkeypatch, 16, faults="epoch.compute@3=crash")
-    assert "loaded" in out, out
+    assert "reloads" in out, out
     assert sinks(crashed, tmp_path) == one_at_a_time[1]
     assert "verified" in cli_ok(crashed, "verify", "readings", spark=spark)

@@ -131,7 +131,7 @@ def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_
     job = wordcount()
     node = dataflow_of(job).nodes["count"]
     backend = StoreBackend(spark, job, dataflow_of(job).nodes, str(tmp_path / "state"), 128, "t")
-    state = backend.open(None, set(), {})["count"]
+    state = backend.open(None, {}, None, False, lambda op: None)["count"]
     words = spark.createDataFrame([("a", 1), ("b", 2), ("a", 2), ("c", None), ("d", 9)], f"word string, {EPOCH} long")
     applied = aggregate(spark, state, [1, 2], words.where(F.col(EPOCH).isin(1, 2)), node)
     assert [r["rows_0"] + r["rows_1"] for r in (s.written["metrics"] for s in applied)] == [1, 2]

@@ -92,7 +92,6 @@ def test_each_operator_restores_its_own_snapshot(tmp_path, sqlite_url, spark, mo
 
     from absreplay_examples import synthetic_data
     from absreplay_examples.definitions import synthetic
-    from spark_jobs.store_backend import store_root
 
     ws = make_workspace(tmp_path, sqlite_url, replace(synthetic(), consistency="weak"))
     for batch in range(5):
@@ -112,7 +111,7 @@ def test_each_operator_restores_its_own_snapshot(tmp_path, sqlite_url, spark, mo
     assert ws.store.expire_timed_out(ws.job.name, now=later) == [3, 4]
     ws.coordinator.finalize()
     assert (Path(ws.settings.state_uri.removeprefix("file://")) / ws.job.name / "chk-3" / "per_key").is_dir()
-    shutil.rmtree(store_root(ws.settings.state_uri, ws.job.name))
+    shutil.rmtree(ws.stores)
     ws.coordinator.inject()
     report = ws.run_epochs(spark)
     assert [e.checkpoint_id for e in report.epochs] == [5] and not report.failed

@@ -16,7 +16,6 @@ from coordinator.errors import StateIntegrityError
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.lifecycle import CheckpointStatus, FailureReason
 from coordinator.checkpoints.policy import CheckpointPolicy
-from spark_jobs.store_backend import store_root
 from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.spark
@@ -118,15 +117,16 @@ def test_incremental_chain_restores_and_detects_corruption(tmp_path, pg_url, spa
     ws.coordinator.inject()
     # the local stores hold checkpoint `latest` and a run would start from them without reading a file:
     # without them (a new machine, a lost disk) the restore reads the files, and
-    shutil.rmtree(store_root(ws.settings.state_uri, ws.job.name))
+    shutil.rmtree(ws.stores)
     # the stores' tasks wrote that file (store_backend.write_full): no Hadoop .crc side file to notice, but
-    # the content checksum recorded with the ack does
+    # the sha256 its manifest recorded before the ack does
     assert not part.with_name(f".{part.name}.crc").exists()
     with pytest.raises(StateIntegrityError, match=rf"{link.state_uri} of checkpoint {latest} is corrupt"):
         ws.run_epochs(spark)
-    # a file cut short is no Parquet file: the restore names it
+    # a file cut short: the store's task that loads it names it, by the bytes its manifest lists
     part.write_bytes(part.read_bytes()[:200])
-    with pytest.raises(StateIntegrityError, match=rf"cannot read state files .*{link.state_uri} \(checkpoint {latest}\)"):
+    with pytest.raises(StateIntegrityError, match=rf"{link.state_uri} of checkpoint {latest} is corrupt: .* has 200 "
+                                                  "bytes"):
         ws.run_epochs(spark)
     assert ws.committed() == ws.expected_at(latest)  # nothing was overwritten
 

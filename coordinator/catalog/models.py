@@ -169,6 +169,9 @@ class TaskAck(Base):
     async_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     # a window operator's event-time watermark after the epoch (epoch ms)
     watermark: Mapped[int | None] = mapped_column(BigInteger)
+    # a local store's task: "hit" (its executor held the store) or "reload" (built from the files), and how long
+    store_event: Mapped[str | None] = mapped_column(String(8))
+    store_load_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     acked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -20,6 +20,9 @@ class StateHandle:
     sync_ms: int = 0
     async_ms: int = 0
     watermark: int | None = None
+    #: a local store's task: "hit" or "reload" (``spark_jobs.store_loader``), and the reload's milliseconds
+    store_event: str | None = None
+    store_load_ms: int = 0
 
     @property
     def task(self) -> str:
@@ -40,4 +43,6 @@ def handle_columns(h: StateHandle) -> dict:
         "sync_ms": h.sync_ms,
         "async_ms": h.async_ms,
         "watermark": h.watermark,
+        "store_event": h.store_event,
+        "store_load_ms": h.store_load_ms,
     }
