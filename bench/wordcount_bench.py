@@ -40,15 +40,12 @@ Prints two tables and the ratios, and writes bench/results/wordcount.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
-import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -60,7 +57,8 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
-from bench import options  # noqa: E402
+from bench import options, ss_anchor  # noqa: E402
+from bench.ss_anchor import digest, du, segments  # noqa: E402
 from bench.repetitions import summarize, turns  # noqa: E402
 from bench.synthetic_bench import machine  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
@@ -72,27 +70,8 @@ from coordinator.sources import source  # noqa: E402
 console = Console(width=150)
 MODES = ("none", "sync", "async")
 SINK_TABLE = "wordcount_counts"  # the job's SqlTable sink (absreplay_examples.wordcount)
-PROVIDER = "spark.sql.streaming.stateStore.providerClass"
-CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-STATE = "org.apache.spark.sql.execution.streaming.state."
-SS_STORES = {
-    "rocksdb": {PROVIDER: STATE + "RocksDBStateStoreProvider", CHANGELOG: "true"},
-    "hdfs": {PROVIDER: STATE + "HDFSBackedStateStoreProvider", CHANGELOG: "false"},
-}
+SS_STORES = ss_anchor.SS_STORES
 GOALS = {"per_epoch_over_ss_rocksdb": 0.8, "catch_up_async_over_plain_batch": 2.0, "async_over_none": 1.05}
-
-
-def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
-
-
-def digest(counts: dict[str, int]) -> str:
-    """What a scenario computed, comparable across scenarios: its final count per word."""
-    return hashlib.sha256(repr(sorted(counts.items())).encode()).hexdigest()
-
-
-def segments(pool: Path, batch: int) -> list[Path]:
-    return sorted(pool.glob(f"*/seg-{batch:06d}.txt"))
 
 
 class Scenario:
@@ -164,80 +143,11 @@ def per_epoch(spark, base: Path, pool: Path, epochs: int) -> dict:
             "state_bytes": sc.state_bytes(), "counts": counts}
 
 
-class SqliteUpsertSink:
-    """A foreachBatch sink doing our SqlTable sink's work: the batch's rows upserted by word in one
-    transaction, with the batch id as commit record; a batch already committed writes nothing."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with self.connect() as conn:
-            conn.execute("CREATE TABLE counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL, batch_id INTEGER)")
-            conn.execute("CREATE TABLE commits (batch_id INTEGER PRIMARY KEY)")
-
-    def connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, isolation_level=None)  # transactions spelled out below
-
-    def __call__(self, df, batch_id: int) -> None:
-        table = df.toArrow()
-        rows = zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
-        with self.connect() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            if conn.execute("SELECT 1 FROM commits WHERE batch_id = ?", (batch_id,)).fetchone() is None:
-                conn.executemany("INSERT INTO counts VALUES (?, ?, ?) ON CONFLICT (word) DO UPDATE "
-                                 "SET count = excluded.count, batch_id = excluded.batch_id",
-                                 ((w, c, batch_id) for w, c in rows))
-                conn.execute("INSERT INTO commits VALUES (?)", (batch_id,))
-            conn.execute("COMMIT")
-
-    def counts(self) -> dict[str, int]:
-        with self.connect() as conn:
-            return dict(conn.execute("SELECT word, count FROM counts").fetchall())
-
-
-class StructuredStreaming:
-    """The wordcount job in Spark SS on one state store: its own input, checkpoint and SQLite sink."""
-
-    def __init__(self, base: Path, store: str) -> None:
-        self.store, self.input, self.checkpoint = store, base / "input", base / "checkpoint"
-        self.input.mkdir(parents=True)
-        self.sink = SqliteUpsertSink(base / "sink.db")
-        self.runs: list[dict] = []
-
-    def land(self, pool: Path, batch: int) -> None:
-        for seg in segments(pool, batch):
-            shutil.copy(seg, self.input / f"{seg.parent.name}-{seg.name}")
-
-    def run(self, spark) -> None:
-        """One AvailableNow run from the checkpoint: everything landed since the last one."""
-        from pyspark.sql import functions as F
-
-        from absreplay_examples.wordcount import tokenize
-
-        for key, value in SS_STORES[self.store].items():
-            spark.conf.set(key, value)  # a restarted query keeps its checkpoint's provider anyway
-        t0 = time.perf_counter()
-        lines = spark.readStream.format("text").load(str(self.input))
-        counts = tokenize(lines.select(F.col("value").alias("line"))).groupBy("word").count()
-        query = (counts.writeStream.outputMode("update").foreachBatch(self.sink)
-                 .option("checkpointLocation", str(self.checkpoint)).trigger(availableNow=True).start())
-        query.awaitTermination()
-        elapsed = time.perf_counter() - t0
-        self.runs.append({"run_s": elapsed, "batches": [dict(p["durationMs"]) for p in query.recentProgress]})
-
-    def result(self) -> dict:
-        state_files = Counter(p.suffix for p in (self.checkpoint / "state").rglob("*") if p.is_file())
-        return {"provider": SS_STORES[self.store], "runs": self.runs, "run_s": [r["run_s"] for r in self.runs],
-                "total_s": sum(r["run_s"] for r in self.runs), "checkpoint_bytes": du(self.checkpoint),
-                "state_files": dict(sorted(state_files.items())), "counts": self.sink.counts()}
-
-
-def structured_streaming(spark, base: Path, pool: Path, epochs: int) -> dict[str, dict]:
-    """Both state stores, one epoch per run, taking turns (order reversed every other epoch)."""
-    queries = {store: StructuredStreaming(base / f"ss-{store}", store) for store in SS_STORES}
-    for b, store in turns(tuple(SS_STORES), epochs):
-        queries[store].land(pool, b)
-        queries[store].run(spark)
-    return {store: q.result() for store, q in queries.items()}
+def structured_streaming(base: Path, pool: Path, epochs: int) -> dict[str, dict]:
+    """Both state stores, one epoch per run, each store in a process of its own (``bench.ss_anchor``): an
+    anchor that dies (the HDFS-backed store holds its state on the JVM heap) is recorded with its error, and
+    the other figures stand."""
+    return {store: ss_anchor.run_isolated(store, base / f"ss-{store}", pool, epochs) for store in ss_anchor.SS_STORES}
 
 
 def plain_batch(spark, pool: Path, out: Path) -> float:
@@ -258,13 +168,18 @@ def parquet_counts(path: Path) -> dict[str, int]:
     return dict(zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True))
 
 
-def ratios(results: dict) -> dict[str, float]:
+def ratios(results: dict) -> dict[str, float | None]:
+    """Each ratio; None against an anchor that failed (its error is in its results)."""
     cu, ss = results["catch_up"], results["structured_streaming"]
     none_s = cu["none"]["median_total_s"]
     ours = statistics.median(results["per_epoch"]["run_s"])
+
+    def over(store: str) -> float | None:
+        return None if "error" in ss[store] else ours / statistics.median(ss[store]["run_s"])
+
     return {
-        "per_epoch_over_ss_rocksdb": ours / statistics.median(ss["rocksdb"]["run_s"]),
-        "per_epoch_over_ss_hdfs": ours / statistics.median(ss["hdfs"]["run_s"]),
+        "per_epoch_over_ss_rocksdb": over("rocksdb"),
+        "per_epoch_over_ss_hdfs": over("hdfs"),
         "catch_up_async_over_plain_batch": cu["async"]["median_total_s"] / results["plain_batch_s"],
         "async_over_none": cu["async"]["median_total_s"] / none_s,
         "sync_over_none": cu["sync"]["median_total_s"] / none_s,
@@ -294,18 +209,20 @@ def print_tables(results: dict, title: str) -> None:
     table = Table(title=f"one epoch per run ({results['epochs']} runs, medians): {title}")
     for col in ("", "ABS Replay (async)", "Spark SS, RocksDB + changelog", "Spark SS, HDFS-backed"):
         table.add_column(col, justify="right")
-    table.add_row("run s", med(pe["run_s"]), med(ss["rocksdb"]["run_s"]), med(ss["hdfs"]["run_s"]))
-    table.add_row("first run s", f"{pe['run_s'][0]:.2f}", f"{ss['rocksdb']['run_s'][0]:.2f}",
-                  f"{ss['hdfs']['run_s'][0]:.2f}")
+    def each(cell) -> list[str]:
+        """A row's SS cells: ``cell`` of each store's results, or the error that stopped it."""
+        return [f"{ss[s]['error']}"[:40] if "error" in ss[s] else cell(ss[s]) for s in SS_STORES]
+
+    table.add_row("run s", med(pe["run_s"]), *each(lambda r: med(r["run_s"])))
+    table.add_row("first run s", f"{pe['run_s'][0]:.2f}", *each(lambda r: f"{r['run_s'][0]:.2f}"))
     table.add_row("restore s", med([r["restore_s"] for r in pe["runs"]]), "", "")
     table.add_row("epoch s", med([s for r in pe["runs"] for s in r["epoch_s"]]),
-                  *(med([b["triggerExecution"] / 1000 for r in ss[s]["runs"] for b in r["batches"]])
-                    for s in SS_STORES))
+                  *each(lambda r: med([b["triggerExecution"] / 1000 for run in r["runs"] for b in run["batches"]])))
     table.add_row("finalize s", med([r["finalize_s"] for r in pe["runs"]]), "", "")
     table.add_row("state / checkpoint MB", f"{pe['state_bytes'] / 1e6:.1f}",
-                  *(f"{ss[s]['checkpoint_bytes'] / 1e6:.1f}" for s in SS_STORES))
-    table.add_row("state files", "", *(", ".join(f"{n} {k or 'other'}" for k, n in ss[s]["state_files"].items())
-                                       for s in SS_STORES))
+                  *each(lambda r: f"{r['checkpoint_bytes'] / 1e6:.1f}"))
+    table.add_row("state files", "", *each(lambda r: ", ".join(f"{n} {k or 'other'}"
+                                                                for k, n in r["state_files"].items())))
     console.print(table)
     console.print("SS epoch s: the batch's triggerExecution (durationMs); run s: the whole AvailableNow "
                   "query, from building it to its end")
@@ -332,9 +249,8 @@ def main() -> None:
     started, load_before = time.perf_counter(), os.getloadavg()
     spark = build_session("abs-bench", 2, "local[2]")
     try:
-        console.print("warming up the JVM (one catch-up run, one SS run per store; not measured)")
+        console.print("warming up the JVM (one catch-up run; not measured)")
         catch_up(spark, base, pool, args.epochs, "async")
-        structured_streaming(spark, base / "warm-up", pool, 1)
         results: dict = {"records": records, "epochs": args.epochs, "quick": args.quick, "machine": machine(spark)}
         samples: dict[str, list[dict]] = {m: [] for m in MODES}
         batch_s: list[float] = []
@@ -350,11 +266,14 @@ def main() -> None:
         results["plain_batch_s"], results["plain_batch_all_s"] = statistics.median(batch_s), batch_s
         console.print("one epoch per run (async)")
         results["per_epoch"] = per_epoch(spark, base, pool, args.epochs)
-        console.print("Spark Structured Streaming, one epoch per run, RocksDB and HDFS-backed state stores")
-        results["structured_streaming"] = structured_streaming(spark, base, pool, args.epochs)
         batch_counts = parquet_counts(base / "batch-out")
     finally:
         spark.stop()
+    try:
+        console.print("Spark Structured Streaming, one epoch per run, RocksDB and HDFS-backed state stores, each "
+                      "in its own process")
+        results["structured_streaming"] = structured_streaming(base, pool, args.epochs)
+    finally:
         shutil.rmtree(base, ignore_errors=True)
     results["load_average_before"], results["load_average_after"] = list(load_before), list(os.getloadavg())
     results["wall_s"] = time.perf_counter() - started
@@ -363,7 +282,8 @@ def main() -> None:
     found = {f"catch-up {mode} {i + 1}": r["counts_sha256"] for mode, runs in samples.items() for i, r in enumerate(runs)}
     found["per-epoch"] = digest(results["per_epoch"].pop("counts"))
     for store, r in results["structured_streaming"].items():
-        found[f"ss-{store}"] = digest(r.pop("counts"))
+        if "error" not in r:
+            found[f"ss-{store}"] = r.pop("counts_sha256")
     found["plain batch"] = digest(batch_counts)
     assert len(set(found.values())) == 1, f"the scenarios' final counts differ: {found}"
     results["counts_sha256"] = found["plain batch"]
@@ -372,6 +292,9 @@ def main() -> None:
     results["goals"] = GOALS
     print_tables(results, f"wordcount, {records:,} lines in {args.epochs} epochs, local[2]")
     for name, value in results["ratios"].items():
+        if value is None:
+            console.print(f"{name}: - (its anchor failed)")
+            continue
         goal = GOALS.get(name)
         verdict = "" if goal is None else f"  (goal <= {goal}: {'met' if value <= goal else 'NOT met'})"
         console.print(f"{name}: {value:.3f}{verdict}")
