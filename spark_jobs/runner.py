@@ -118,7 +118,7 @@ def log(msg: str) -> None:
 def store_loads(states: Mapping[str, object]) -> list[tuple[str, float]]:
     """How an epoch's store tasks found their stores (``StoreState.loads``): ("hit" | "reload", seconds) each;
     none for an epoch that ran no store task (a group's later epochs: its first reports the group's)."""
-    return [v for st in states.values() if isinstance(st, StoreState) and st.loads for v in st.loads.values()]
+    return [v[:2] for st in states.values() if isinstance(st, StoreState) and st.loads for v in st.loads.values()]
 
 
 def store_note(metrics: EpochMetrics) -> str:
@@ -302,7 +302,8 @@ class EpochRunner:
         )
         t0 = time.perf_counter()
         stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
-                                 incarnation(self.job_row.created_at))
+                                 incarnation(self.job_row.created_at),
+                                 lambda: self.store.store_locations(self.job.name))
         # where each operator's state is: the restore point, or (weak) each operator's own head
         heads = weak.heads(self.store, self.job) if self.weak else point
         # the stores' tasks load their own state from the chains' files: only the chains are read here

@@ -90,7 +90,8 @@ class SnapshotTiming:
 def store_event(state: object, subtask: int) -> dict:
     """How the epoch's apply found subtask ``subtask``'s local store (``StoreState.loads``), as ack columns."""
     found = state.loads.get(subtask) if isinstance(state, StoreState) and state.loads else None
-    return {} if found is None else {"store_event": found[0], "store_load_ms": round(found[1] * 1000)}
+    return {} if found is None else {"store_event": found[0], "store_load_ms": round(found[1] * 1000),
+                                     "store_location": found[2]}
 
 
 @dataclass

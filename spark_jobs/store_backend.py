@@ -79,6 +79,7 @@ from spark_jobs import keyed_operators as ko, store_tasks
 from spark_jobs.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
 from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError
 from spark_jobs.spark_types import spark_schema, spark_type
+from spark_jobs.store_placement import Placement
 from spark_jobs.store_loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
 
 T = TypeVar("T")
@@ -154,8 +155,11 @@ class StoreState:
     written: dict | None = None
     #: the next tasks load their stores from ``files`` even where one holds ``version`` (a partial recovery)
     reload: bool = False
-    #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds)
+    #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds,
+    #: the executor it ran on or None)
     loads: dict | None = None
+    #: where the stores are, to send their tasks back there (``store_placement``; None: anywhere)
+    placement: Placement | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -180,14 +184,25 @@ class StoreState:
         Spark task per store."""
         if (since or 0) == self.prev and self.changes is not None:  # version 0: the stores were empty
             return self.changes
-        one_per_store = spark.range(0, self.parallelism, 1, self.parallelism)  # partition i: store i
-        return one_per_store.mapInArrow(store_tasks.read_task(self.at, self.operator, self.events, since),
+        return self.one_per_store(spark).mapInArrow(store_tasks.read_task(self.at, self.operator, self.events, since),
                                         self.schema)
 
-    def applied_loads(self) -> dict[int, tuple[str, float]]:
-        """How the apply from this state found each subtask's store (its tasks' events, ``store_loader``): a
-        group of epochs applied at once is one apply, reported with its first epoch."""
-        return {e[1]: (e[4], e[5]) for e in self.events.value
+    def one_per_store(self, spark: SparkSession) -> DataFrame:
+        """A placeholder row per store, partition i holding store i's, each where its store is."""
+        return self.pinned(spark.range(0, self.parallelism, 1, self.parallelism))
+
+    def pinned(self, df: DataFrame) -> DataFrame:
+        """``df`` (partition i: store i) sent where the stores are (``store_placement``)."""
+        return df if self.placement is None else self.placement.pinned(df, self.operator, self.parallelism)
+
+    def applied_loads(self) -> dict[int, tuple[str, float, str | None]]:
+        """How the apply from this state found each subtask's store (its tasks' events, ``store_loader``), and
+        the executor it ran on: a group of epochs applied at once is one apply, reported with its first epoch."""
+        where = {}
+        if self.placement is not None:
+            self.placement.update()
+            where = self.placement.locations.get(self.operator, {})
+        return {e[1]: (e[4], e[5], where.get(e[1])) for e in self.events.value
                 if e[0] == self.operator and e[2] == self.version and e[3] == "apply"}
 
     def after(self, version: int, delta: str, rows: dict[int, int]) -> tuple | None:
@@ -207,7 +222,7 @@ def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict
     folder = state.checkpoint_dir(state.version)
     shutil.rmtree(folder, ignore_errors=True)  # the epoch's delta, an earlier attempt's files
     dump = store_tasks.dump_task(state.at, state.operator, state.events, folder, SUBTASK)
-    rows = spark.range(0, state.parallelism, 1, state.parallelism).mapInArrow(
+    rows = state.one_per_store(spark).mapInArrow(
         dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     observation = Observation(f"full-{state.version}-{state.operator}")
     integrity_checked(lambda: rows.observe(observation, *snapshot_metrics(
@@ -290,7 +305,7 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     per_key = with_subtask(wide, keys, p, state.max_parallelism)
     if subtasks is not None:
         per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    batch = _by_store(per_key, p)
+    batch = state.pinned(_by_store(per_key, p))
     prevs = [state.version, *ids[:-1]]
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
@@ -345,11 +360,13 @@ class StoreBackend:
     Opens none: the tasks do, on their executors (``store_loader``)."""
 
     def __init__(self, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str,
-                 max_parallelism: int, incarnation: str) -> None:
+                 max_parallelism: int, incarnation: str, seen: dict[str, dict[int, str]] | None = None) -> None:
         self.spark, self.job, self.state_uri = spark, job, state_uri
         p = job.parallelism
         self.states: dict[str, StoreState] = {}
         self.events = spark.sparkContext.accumulator([], StoreEvents())
+        # where an earlier run's tasks left the stores: its executors are gone, their hosts hold the stores
+        self.placement = Placement(spark, seen or {})
         configured = Settings.from_env().store_dir
         root = str(Path(configured).expanduser().resolve()) if configured else ""
         local = state_files.normalize_root(state_uri)
@@ -362,14 +379,16 @@ class StoreBackend:
                 shape = hashlib.sha256(repr((FORMAT, layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
                 path = f"{job.name}/{incarnation}/{spec.operator}/p{p}-g{max_parallelism}-{shape}"
                 self.states[spec.operator] = StoreState(spec.operator, root, path, layout, spark_schema(spec.columns),
-                                                        p, max_parallelism, 0, (), self.events, snapshots)
+                                                        p, max_parallelism, 0, (), self.events, snapshots,
+                                                        placement=self.placement)
 
     @classmethod
     def of(cls, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str, max_parallelism: int,
-           incarnation: str) -> StoreBackend | None:
+           incarnation: str, seen: Callable[[], dict[str, dict[int, str]]]) -> StoreBackend | None:
+        """The run's stores (None with the DataFrame state backend); ``seen``: where the last run left them."""
         if Settings.from_env().state_backend != "local":
             return None
-        return cls(spark, job, nodes, state_uri, max_parallelism, incarnation)
+        return cls(spark, job, nodes, state_uri, max_parallelism, incarnation, seen())
 
     @property
     def operators(self) -> set[str]:

@@ -48,6 +48,14 @@ def test_cycles_are_exact_after_every_checkpoint(backend, request, tmp_path, spa
     assert_history_complete(ws)
     statuses = [c.status for c in ws.store.checkpoints(ws.job.name)]
     assert statuses.count(CheckpointStatus.COMPLETED) == ws.job.policy.retained
+    # each run's first store tasks say how they found their stores, and where they ran: the first built them
+    # empty, every later one found them where the last one left them
+    events = {(a.checkpoint_id, a.subtask): (a.store_event, a.store_location) for a in ws.store.all_acks(ws.job.name)
+              if a.operator == "count" and a.store_event}
+    assert {c for c, _ in events} == {1, 2, 4, 5, 7}, events  # cycles 1 and 3 ran two epochs at once
+    assert {e for (c, _), (e, _) in events.items() if c > 1} == {"hit"}, events
+    assert all(where and where.startswith("executor_") for _, where in events.values()), events
+    assert ws.store.store_locations(ws.job.name) == {"count": {i: events[7, i][1] for i in range(2)}}
 
 
 def test_snapshot_modes_store_the_same_state(tmp_path, sqlite_url, spark) -> None:

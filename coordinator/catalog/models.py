@@ -172,6 +172,8 @@ class TaskAck(Base):
     # a local store's task: "hit" (its executor held the store) or "reload" (built from the files), and how long
     store_event: Mapped[str | None] = mapped_column(String(8))
     store_load_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # and the executor it ran on, which holds the store now: executor_<host>_<executor id>
+    store_location: Mapped[str | None] = mapped_column(String(255))
     acked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -23,6 +23,8 @@ class StateHandle:
     #: a local store's task: "hit" or "reload" (``spark_jobs.store_loader``), and the reload's milliseconds
     store_event: str | None = None
     store_load_ms: int = 0
+    #: the executor it ran on (``executor_<host>_<id>``), which holds the store now
+    store_location: str | None = None
 
     @property
     def task(self) -> str:
@@ -45,4 +47,5 @@ def handle_columns(h: StateHandle) -> dict:
         "watermark": h.watermark,
         "store_event": h.store_event,
         "store_load_ms": h.store_load_ms,
+        "store_location": h.store_location,
     }

@@ -364,6 +364,21 @@ class CheckpointStore:
                 )
             )
 
+    def store_locations(self, job_name: str) -> dict[str, dict[int, str]]:
+        """Where each local store of the job was last seen: operator -> subtask -> the executor its last acked
+        task ran on (``task_acks.store_location``), for the next run's store tasks to prefer its host."""
+        newest = (select(TaskAck.operator, TaskAck.subtask, func.max(TaskAck.checkpoint_id).label("checkpoint_id"))
+                  .where(TaskAck.job == job_name, TaskAck.store_location.is_not(None))
+                  .group_by(TaskAck.operator, TaskAck.subtask).subquery())
+        with self.sessions() as s:
+            rows = s.execute(select(TaskAck.operator, TaskAck.subtask, TaskAck.store_location).join(
+                newest, (TaskAck.operator == newest.c.operator) & (TaskAck.subtask == newest.c.subtask)
+                & (TaskAck.checkpoint_id == newest.c.checkpoint_id)).where(TaskAck.job == job_name)).all()
+        found: dict[str, dict[int, str]] = {}
+        for operator, subtask, where in rows:
+            found.setdefault(operator, {})[subtask] = where
+        return found
+
     def sink_rows(self, job_name: str, checkpoint_id: int) -> int:
         """Rows the checkpoint's epoch changed (its sink transaction's size)."""
         with self.sessions() as s:

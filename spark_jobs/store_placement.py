@@ -1,0 +1,127 @@
+"""Store tasks go back to the executor that holds their store: preferred locations, as Spark SS gives them.
+
+Spark Structured Streaming's state store coordinator remembers which executor
+loaded each partition's store, and its state RDD names that executor as the
+partition's preferred location, so the next batch's task runs there and finds the
+store loaded. PySpark exposes no preferred locations, so this module makes the
+RDD that does, on the JVM side: ``PinnedRDD`` (Java source below, compiled in the
+driver's JVM by Janino, the compiler Spark itself ships for code generation, and
+handed to the executors as a jar through ``SparkContext.addJar``) wraps the RDD
+of a store stage, passes its partitions through unchanged, names each
+partition's preferred location (``executor_<host>_<executor id>``, a Spark
+``ExecutorCacheTaskLocation``), and records, as each task runs, the executor it
+ran on in an accumulator. ``Placement`` turns those records into the next
+stage's preferences: store i is wherever its last task ran (it holds the store
+now, hit or reload). Each ack records it (``task_acks.store_location``), so the
+next run, a new application with new executors, starts from the same places:
+Spark files a task whose preferred executor is gone under that executor's host,
+and the stores are on the host (its local directory outlives the application).
+
+A preference is no promise: Spark runs a task elsewhere when that executor is
+gone or busy (every run sets ``spark.locality.wait`` to 0), and that task
+reloads its store there. Driver side only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+CLASS = "AbsReplayPinnedRDD"
+SOURCE = """
+public class AbsReplayPinnedRDD extends org.apache.spark.rdd.RDD {
+  private final org.apache.spark.rdd.RDD parent;
+  private final String[] prefs;
+  private final String tag;
+  private final org.apache.spark.util.CollectionAccumulator ran;
+
+  public AbsReplayPinnedRDD(org.apache.spark.rdd.RDD parent, String[] prefs, String tag,
+                            org.apache.spark.util.CollectionAccumulator ran) {
+    super(parent, scala.reflect.ClassTag$.MODULE$.AnyRef());
+    this.parent = parent;
+    this.prefs = prefs;
+    this.tag = tag;
+    this.ran = ran;
+  }
+
+  public scala.collection.Iterator compute(org.apache.spark.Partition split, org.apache.spark.TaskContext context) {
+    org.apache.spark.SparkEnv env = org.apache.spark.SparkEnv.get();
+    ran.add(tag + "|" + split.index() + "|executor_" + env.blockManager().blockManagerId().host() + "_"
+            + env.executorId());
+    return parent.iterator(split, context);
+  }
+
+  public org.apache.spark.Partition[] getPartitions() {
+    return parent.partitions();
+  }
+
+  public scala.collection.immutable.Seq getPreferredLocations(org.apache.spark.Partition split) {
+    int i = split.index();
+    String[] mine = i < prefs.length && prefs[i] != null ? new String[] {prefs[i]} : new String[0];
+    return scala.jdk.javaapi.CollectionConverters.asScala(java.util.Arrays.asList(mine)).toList();
+  }
+}
+"""
+
+
+class Placement:
+    """Where each store is (the executor its last task ran on), and the means to send its next task there."""
+
+    def __init__(self, spark: SparkSession, seen: dict[str, dict[int, str]]) -> None:
+        self.spark = spark
+        sc = spark.sparkContext
+        self._constructor = _pinned_class(spark).getConstructors()[0]
+        self._ran = sc._jvm.org.apache.spark.util.CollectionAccumulator()
+        sc._jsc.sc().register(self._ran, "absreplay-store-locations")
+        self._seen = 0
+        #: tag (an operator) -> subtask -> the executor that holds its store (``seen``: an earlier application's
+        #: executor, gone: Spark then prefers its host, ``TaskSetManager`` files a task under both)
+        self.locations: dict[str, dict[int, str]] = {tag: dict(where) for tag, where in seen.items()}
+
+    def pinned(self, df: DataFrame, tag: str, partitions: int) -> DataFrame:
+        """``df`` (partition i: store i of ``tag``) with each partition preferring the executor that holds its
+        store, and recording where it runs."""
+        self.update()
+        gateway = self.spark.sparkContext._gateway
+        prefs = gateway.new_array(gateway.jvm.String, partitions)
+        for i, where in self.locations.get(tag, {}).items():
+            if i < partitions:
+                prefs[i] = where
+        args = gateway.new_array(gateway.jvm.Object, 4)
+        args[0], args[1], args[2], args[3] = df._jdf.queryExecution().toRdd(), prefs, tag, self._ran
+        rdd = self._constructor.newInstance(args)
+        return DataFrame(self.spark._jsparkSession.internalCreateDataFrame(rdd, df._jdf.schema(), False), self.spark)
+
+    def update(self) -> None:
+        """Take in where the tasks run since the last call ran (in the order Spark merged their records)."""
+        records = list(self._ran.value())
+        for record in records[self._seen:]:
+            tag, i, where = str(record).split("|", 2)
+            self.locations.setdefault(tag, {})[int(i)] = where
+        self._seen = len(records)
+
+
+def _pinned_class(spark: SparkSession):
+    """``PinnedRDD``, compiled once per driver JVM, its jar added for the executors."""
+    jvm = spark.sparkContext._jvm
+    cached = getattr(spark.sparkContext, "_absreplay_pinned", None)
+    if cached is not None:
+        return cached
+    compiler = jvm.org.codehaus.janino.SimpleCompiler()
+    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    compiler.cook(SOURCE)
+    code = bytes(compiler.getBytecodes().get(CLASS))
+    jar = Path(tempfile.gettempdir()) / f"absreplay-pinned-{hashlib.sha256(code).hexdigest()[:16]}.jar"
+    if not jar.exists():
+        tmp = jar.with_suffix(f".{id(code)}.tmp")
+        with zipfile.ZipFile(tmp, "w") as z:
+            z.writestr(f"{CLASS}.class", code)
+        tmp.replace(jar)
+    spark.sparkContext._jsc.addJar(str(jar))
+    cls = compiler.getClassLoader().loadClass(CLASS)
+    spark.sparkContext._absreplay_pinned = cls
+    return cls
