@@ -5,7 +5,8 @@ counts the first ``cut[partition]`` records of each partition, in segment
 name order. Lines that are not valid UTF-8, and lines longer than the maximum
 line length, are skipped (they are dead letters).
 
-Records of ``.jsonl`` segments carry ids: a line counts when it is a valid
+Records of the id envelopes the job declares (the wordcount job's ``.jsonl``
+segments, ``WORDCOUNT_LINES``) carry ids: a line counts when it is a valid
 record (a JSON object with a string or integer ``id``, an integer ``ts`` and a
 string ``line``) whose id was not seen before and that is not late. "Before"
 is arrival order, which is how the id store sees records: barrier by barrier
@@ -26,11 +27,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from coordinator.sources.id_store import IdStorePolicy
+from coordinator.sources.record_formats import TextLines
 from coordinator.sources.segment_reader import max_line_bytes
 
 NON_WORD = re.compile(r"\W+")
 MAX_ID_LENGTH = 255
 MAX_EVENT_TIME = 2**53 - 1
+#: the wordcount job's source, as absreplay_examples.wordcount declares it (not imported: no Spark here)
+WORDCOUNT_LINES = TextLines(id_envelope=".jsonl")
 
 
 def tokenize(line: str) -> list[str]:
@@ -44,8 +48,9 @@ def complete_segments(partition_dir: Path) -> list[Path]:
     )
 
 
-def partition_records(partition_dir: Path, end: int) -> list[tuple[bool, bytes]]:
-    """The first ``end`` records of a partition: (from a .jsonl segment?, raw line)."""
+def partition_records(partition_dir: Path, end: int, lines: TextLines = WORDCOUNT_LINES
+                      ) -> list[tuple[bool, bytes]]:
+    """The first ``end`` records of a partition: (from an id envelope segment of ``lines``?, raw line)."""
     records: list[tuple[bool, bytes]] = []
     for seg in complete_segments(partition_dir):
         if len(records) >= end:
@@ -53,7 +58,7 @@ def partition_records(partition_dir: Path, end: int) -> list[tuple[bool, bytes]]
         raw = seg.read_bytes().split(b"\n")
         if raw and raw[-1] == b"":
             raw.pop()
-        jsonl = seg.name.endswith(".jsonl")
+        jsonl = lines.envelope(seg.name)
         records.extend((jsonl, line) for line in raw[: end - len(records)])
     return records
 
@@ -78,7 +83,7 @@ def _utf8(text: str) -> str:
 
 
 def id_record(line: bytes) -> tuple[str, int, str] | None:
-    """(id, ts, line) of a valid ``.jsonl`` record, None for a line the source dead-letters."""
+    """(id, ts, line) of a valid id envelope, None for a line the source dead-letters."""
     try:
         obj = json.loads(line.decode("utf-8"), object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants)
         rid, ts, text = obj["id"], obj["ts"], obj["line"]
@@ -130,10 +135,12 @@ def kept_records(
     cut: dict[str, int],
     earlier_cuts: Sequence[dict[str, int]] = (),
     id_policy: IdStorePolicy | None = None,
+    lines: TextLines = WORDCOUNT_LINES,
 ) -> list[tuple[str, int, str]]:
-    """(partition, offset, text) of every record before ``cut`` that processing must see, in arrival order."""
+    """(partition, offset, text) of every record before ``cut`` that processing must see, in arrival order;
+    ``lines``: the source's declared format (which segments are id envelopes)."""
     ids = ReferenceIds(id_policy or IdStorePolicy())
-    records = {p: partition_records(input_dir / p, end) for p, end in cut.items()}
+    records = {p: partition_records(input_dir / p, end, lines) for p, end in cut.items()}
     kept: list[tuple[str, int, str]] = []
     start: dict[str, int] = {}
     longest = max_line_bytes()
@@ -162,8 +169,9 @@ def recount(
     cut: dict[str, int],
     earlier_cuts: Sequence[dict[str, int]] = (),
     id_policy: IdStorePolicy | None = None,
+    lines: TextLines = WORDCOUNT_LINES,
 ) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for _, _, text in kept_records(input_dir, cut, earlier_cuts, id_policy):
+    for _, _, text in kept_records(input_dir, cut, earlier_cuts, id_policy, lines):
         counts.update(tokenize(text))
     return counts

@@ -7,8 +7,10 @@ lines; a line's sequence number is the segment's first offset plus its
 position. Dead-lettered offsets are dropped (lines longer than the maximum line
 length among them: inject made them dead letters, ``coordinator.sources.segment_reader``).
 
-A ``.jsonl`` segment (records with explicit ids) has the same offsets, one per
-line; its record is the JSON object's ``line`` field. Lines that are not valid
+An id envelope segment (records with explicit ids, only where the source's format
+declares it: ``TextLines.envelope``) has the same offsets, one per line; its
+record is the JSON object's ``line`` field. Any other segment's lines are the
+records, whatever its file name. Lines that are not valid
 records, and the id store's duplicates and late records, are dead letters, so
 whatever is left parses.
 """
@@ -25,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
-from coordinator.sources.source import ID_SEGMENT_SUFFIX, is_id_segment
+from coordinator.sources.record_formats import RecordFormat
 from spark_jobs.xxh64 import spark_xxhash64
 
 SEGMENTS_SCHEMA = StructType(
@@ -45,16 +47,18 @@ RECORD_SCHEMA = StructType(
 )
 
 
-def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSegment]) -> DataFrame:
-    """Just the lines (column ``line``), for operators that need no sequence numbers.
+def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSegment],
+               fmt: RecordFormat) -> DataFrame:
+    """Just the lines (column ``line``) of a source of format ``fmt``, for operators that need no sequence
+    numbers.
 
     The line reader splits large segments across tasks; it is used only for
     epochs without dead letters, whose records are then exactly the lines.
     """
     if not segments:
         return spark.createDataFrame([], RECORD_SCHEMA).select("line")
-    text = [str(input_dir / s.partition / s.name) for s in segments if not is_id_segment(s.name)]
-    jsonl = [str(input_dir / s.partition / s.name) for s in segments if is_id_segment(s.name)]
+    text = [str(input_dir / s.partition / s.name) for s in segments if not fmt.envelope(s.name)]
+    jsonl = [str(input_dir / s.partition / s.name) for s in segments if fmt.envelope(s.name)]
     parts = [spark.read.option("lineSep", "\n").text(paths) for paths in (text, jsonl) if paths]
     if text:
         parts[0] = parts[0].select(F.col("value").alias("line"))
@@ -115,7 +119,7 @@ def keeps_input_file(df: DataFrame, files: frozenset[str]) -> bool:
 
 
 def json_line(value: Column) -> Column:
-    """The ``line`` field of a ``.jsonl`` record (validated at inject, so it is a JSON string)."""
+    """The ``line`` field of an id envelope (validated at inject, so it is a JSON string)."""
     return F.get_json_object(value, "$.line")
 
 
@@ -123,9 +127,10 @@ def read_epoch(
     spark: SparkSession,
     input_dir: Path,
     segments: Sequence[SourceSegment],
+    fmt: RecordFormat,
     dead_offsets: Sequence[tuple[str, int]] = (),
 ) -> DataFrame:
-    """Records (partition, seq, line) of the epoch, dead letters dropped."""
+    """Records (partition, seq, line) of the epoch of a source of format ``fmt``, dead letters dropped."""
     if not segments:
         return spark.createDataFrame([], RECORD_SCHEMA)
     paths = [str(input_dir / s.partition / s.name) for s in segments]
@@ -153,8 +158,9 @@ def read_epoch(
     if dead_offsets:
         dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
         records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
-    if any(is_id_segment(s.name) for s in segments):
-        jsonl = F.col("segment").endswith(ID_SEGMENT_SUFFIX)
+    envelopes = sorted({s.name for s in segments if fmt.envelope(s.name)})
+    if envelopes:
+        jsonl = F.col("segment").isin(envelopes)
         records = records.withColumn("line", F.when(jsonl, json_line(F.col("line"))).otherwise(F.col("line")))
     return records.select("partition", "seq", "line")
 

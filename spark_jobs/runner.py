@@ -256,9 +256,9 @@ class EpochRunner:
                     lines = self.spark.createDataFrame([], record_schema(fmt, True)).withColumnRenamed(
                         "_partition", "partition").withColumnRenamed("_seq", "seq")
             elif self.flow.needs_sequence_numbers or dead or fmt.checks_each_line:
-                lines = read_epoch(self.spark, self.input_dir, segments, dead)
+                lines = read_epoch(self.spark, self.input_dir, segments, fmt, dead)
             else:
-                lines = read_lines(self.spark, self.input_dir, segments)
+                lines = read_lines(self.spark, self.input_dir, segments, fmt)
             records[name] = parse(fmt, lines)
         return records
 
@@ -273,7 +273,7 @@ class EpochRunner:
         if tagging is None:
             return None
         segments = [s for plan in group for s in plan.segments]
-        return {name: parse(fmt, read_lines(self.spark, self.input_dir, self._of_source(name, segments)))
+        return {name: parse(fmt, read_lines(self.spark, self.input_dir, self._of_source(name, segments), fmt))
                 for name, fmt in self.job.sources}, *tagging
 
     # -- the loop --------------------------------------------------------------------

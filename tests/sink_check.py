@@ -10,8 +10,8 @@ code. A test that leaves a sink inconsistent on purpose says so with
 ``@pytest.mark.sink_unchecked("why")``.
 
 Not judged: a workspace without source files (catalog-level tests stage synthetic
-output), segments with record ids (their expected output depends on the id store's
-policy, which those tests check themselves), a sink that never committed, and a
+output), id envelope segments (which ones is the job's declaration; their expected output
+depends on the id store's policy, which those tests check themselves), a sink that never committed, and a
 connected_components sink while records still circulate in the loop (labels converge
 only when the back-edge log is empty).
 """
@@ -45,8 +45,10 @@ def epoch_cuts(store, job: str, checkpoint_id: int) -> list[dict[str, int]]:
 
 def judge(ws) -> tuple[str, tuple[int, int]] | None:
     """(what was compared, (lost, duplicated)), or None when this workspace cannot be judged."""
-    segments = [p for p in source.input_dir(ws.settings.data_dir, ws.job.name).rglob("*") if p.is_file()]
-    if not segments or any(source.is_id_segment(p.name) for p in segments):
+    root = source.input_dir(ws.settings.data_dir, ws.job.name)
+    segments = [p for p in root.rglob("*") if p.is_file()]
+    if not segments or any(ws.job.format_of(p.parent.relative_to(root).as_posix()).envelope(p.name)
+                           for p in segments):
         return None
     if ws.job.name == "views_by_country":  # tests/jobs: its sinks hold windows, judged by tests/views_data
         tables = {s.name: s.target(ws.settings.database_url).read() for s in ws.job.sinks
@@ -74,7 +76,7 @@ def judge(ws) -> tuple[str, tuple[int, int]] | None:
     with ws.store.engine.connect() as c:
         if sink == "wordcount_counts":
             got = dict(c.execute(text("SELECT word, count FROM wordcount_counts")).all())
-            expected = dict(recount(source.input_dir(ws.settings.data_dir, ws.job.name), cut))
+            expected = dict(recount(root, cut, lines=ws.job.lines))
         elif sink == "cc_labels":
             if circulating:
                 return None

@@ -14,6 +14,7 @@ from absreplay.job_discovery import get_job
 from absreplay_examples.wordcount import tokenize
 from coordinator.catalog.db import upgrade
 from coordinator.catalog.models import SourceSegment
+from coordinator.sources.record_formats import TextLines
 from spark_jobs import dataflow, epoch_source
 from spark_jobs.epoch_source import epoch_of_file, keeps_input_file, read_lines
 from spark_jobs.xxh64 import spark_xxhash64
@@ -39,7 +40,7 @@ def segments(input_dir: Path, epochs: dict[int, list[str]]) -> list[tuple[int, l
 
 def test_each_record_gets_the_epoch_of_its_file(tmp_path, spark) -> None:
     epochs = segments(tmp_path, {3: ["a b", "c"], 4: ["d e f"], 7: ["g", "h i", "j"]})
-    lines = read_lines(spark, tmp_path, [s for _, segs in epochs for s in segs])
+    lines = read_lines(spark, tmp_path, [s for _, segs in epochs for s in segs], TextLines())
     stream = tokenize(lines)
     epoch_of, files = epoch_of_file(tmp_path, epochs)
     assert keeps_input_file(stream, files)
@@ -71,7 +72,7 @@ def test_files_that_hash_alike_are_not_tagged(tmp_path, monkeypatch) -> None:
 
 def test_only_row_by_row_streams_of_the_epochs_files_keep_the_input_file(tmp_path, spark) -> None:
     epochs = segments(tmp_path, {1: ["a b"]})
-    words = tokenize(read_lines(spark, tmp_path, epochs[0][1]))
+    words = tokenize(read_lines(spark, tmp_path, epochs[0][1], TextLines()))
     files = epoch_of_file(tmp_path, epochs)[1]
     assert keeps_input_file(words.where(F.length("word") > 0).withColumn("n", F.lit(1)), files)
     assert keeps_input_file(words.unionByName(words), files)

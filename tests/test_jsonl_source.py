@@ -1,4 +1,5 @@
-"""`.jsonl` segments: records with explicit ids; what counts as a record and what is a dead letter.
+"""Id envelopes (`.jsonl` segments of a text source that declares them): records with explicit ids; what
+counts as a record and what is a dead letter.
 
 The source (coordinator.sources.source) and the independent recount (absreplay_examples.recount)
 implement the rules separately; every case here is checked against both.
@@ -12,6 +13,8 @@ from absreplay_examples.recount import id_record
 from absreplay_examples.connected_components import edge_problem
 from coordinator.sources.record_formats import TextLines
 from coordinator.sources.source import BadIdRecordError, parse_id_record, scan_segment
+
+ENVELOPES = TextLines(id_envelope=".jsonl")
 
 VALID = [
     (b'{"id": "a-1", "ts": 10, "line": "Hello world"}', ("a-1", 10, "Hello world")),
@@ -72,7 +75,7 @@ def test_scanning_a_jsonl_segment_returns_ids_and_bad_records(tmp_path) -> None:
         b'{"id": 7, "ts": 6, "line": "two"}\n'
         b'{"id": "a", "ts": 5, "line": "one"}\n'
     )
-    scanned = scan_segment("p0", seg)
+    scanned = scan_segment("p0", seg, ENVELOPES)
     assert scanned.records == 4
     assert [(r.offset_in_segment, r.record_id, r.ts) for r in scanned.id_records] == [(0, "a", 5), (2, "7", 6), (3, "a", 5)]
     assert [(b.offset_in_segment, b.payload) for b in scanned.bad_records] == [(1, "oops")]
@@ -82,14 +85,14 @@ def test_scanning_a_jsonl_segment_returns_ids_and_bad_records(tmp_path) -> None:
 def test_text_segments_are_unchanged(tmp_path) -> None:
     seg = tmp_path / "seg-000001.txt"
     seg.write_bytes(b'{"id": "a", "ts": 5, "line": "one"}\nplain\n')
-    scanned = scan_segment("p0", seg)
+    scanned = scan_segment("p0", seg, ENVELOPES)
     assert (scanned.records, scanned.bad_records, scanned.id_records) == (2, [], [])
 
 
 def test_the_line_of_an_id_record_must_fit_the_jobs_record_format(tmp_path) -> None:
     seg = tmp_path / "seg-000001.jsonl"
     seg.write_bytes(b'{"id": "e1", "ts": 1, "line": "1 2"}\n{"id": "e2", "ts": 1, "line": "one two"}\n')
-    scanned = scan_segment("p0", seg, TextLines(check=edge_problem))
+    scanned = scan_segment("p0", seg, TextLines(check=edge_problem, id_envelope=".jsonl"))
     assert [r.record_id for r in scanned.id_records] == ["e1"]
     assert [b.offset_in_segment for b in scanned.bad_records] == [1]
     assert scanned.bad_records[0].reason.startswith("'line' is not an edge")

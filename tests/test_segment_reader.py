@@ -72,7 +72,8 @@ def test_a_long_line_is_one_bad_record_with_its_length_and_a_preview(tmp_path) -
 def test_a_long_line_is_a_dead_letter_for_every_record_format(tmp_path, name) -> None:
     seg = tmp_path / name
     seg.write_bytes(b'{"id": "a", "ts": 1, "line": "1 2"}\n' + b"7 " * 100 + b"\n")
-    for fmt in (TextLines(), TextLines(check=edge_problem)):
+    envelopes = TextLines(id_envelope=".jsonl"), TextLines(check=edge_problem, id_envelope=".jsonl")
+    for fmt in (TextLines(), TextLines(check=edge_problem), *envelopes):
         scanned = scan_segment("p0", seg, fmt, max_line=150)
         assert [(b.offset_in_segment, b.reason.split(" is ")[0]) for b in scanned.bad_records][-1] == (
             1, "line of 200 bytes")
@@ -140,5 +141,5 @@ def test_the_edge_reader_skips_a_long_line_by_its_dead_letter_offset(tmp_path, s
     runner = EpochRunner(spark, ws.store, ws.job, ws.settings.data_dir, ws.settings.state_uri)
     [plan] = runner.plan(None)
     assert plan.dead_offsets == [("p0", 1)]
-    rows = read_epoch(spark, ws.input_dir, plan.segments, plan.dead_offsets).orderBy("seq").collect()
+    rows = read_epoch(spark, ws.input_dir, plan.segments, ws.job.lines, plan.dead_offsets).orderBy("seq").collect()
     assert [(r.partition, r.seq, r.line) for r in rows] == [("p0", 0, "1 2"), ("p0", 2, "5 6")]

@@ -4,7 +4,8 @@ A line that is not a record of its job becomes a dead letter at inject time
 (like a line that is not UTF-8), with the reason the job's check gives, so
 processing never sees it and nothing is dropped silently. A job declares its
 check with its source (``absreplay.api.TextLines(check=...)``); without one,
-every UTF-8 line is a record.
+every UTF-8 line is a record. Which segments hold id envelopes is declared too
+(``TextLines(id_envelope=...)``), never inferred from a file's name.
 """
 
 from __future__ import annotations
@@ -19,10 +20,23 @@ LineCheck = Callable[[bytes], "str | None"]
 @dataclass(frozen=True)
 class TextLines:
     """Segment files of UTF-8 text, one record a line; ``check(line)`` returns why a line is not
-    a record of the job (None: it is one). It runs once per line at inject, in plain Python."""
+    a record of the job (None: it is one). It runs once per line at inject, in plain Python.
+    ``id_envelope``: segments whose name ends in this suffix hold one ``{"id", "ts", "line"}`` JSON
+    envelope per line, a record with an id whose text is ``line`` (``coordinator.sources.source``); None:
+    no segment does, every segment is plain text lines."""
 
     check: LineCheck | None = None
+    id_envelope: str | None = None
     time_field = None
+
+    def __post_init__(self) -> None:
+        if self.id_envelope is not None and not self.id_envelope:
+            raise ValueError("id_envelope: a file-name suffix such as '.jsonl', or None (no envelopes)")
+
+    def envelope(self, name: str) -> bool:
+        """Whether segment ``name`` holds id envelopes: the one place that decides it, from the declaration
+        (a file's name alone never makes a segment an envelope)."""
+        return self.id_envelope is not None and name.endswith(self.id_envelope)
 
     @property
     def checks_each_line(self) -> bool:
@@ -98,6 +112,10 @@ class JsonLines:
                 return f"field {name!r} is not a {t}: {obj[name]!r}"[:300]
         return None
 
+    def envelope(self, name: str) -> bool:
+        """Never: only a text source declares id envelopes (``TextLines.envelope``), whatever a file's name."""
+        return False
+
 
 @dataclass(frozen=True)
 class Csv:
@@ -119,6 +137,10 @@ class Csv:
                 return f"field {name!r} is not a {t}: {text!r}"[:300]
         return None
 
+    def envelope(self, name: str) -> bool:
+        """Never: only a text source declares id envelopes (``TextLines.envelope``), whatever a file's name."""
+        return False
+
 
 @dataclass(frozen=True)
 class ParquetFiles:
@@ -133,6 +155,10 @@ class ParquetFiles:
 
     def problem(self, line: bytes) -> str | None:
         return None
+
+    def envelope(self, name: str) -> bool:
+        """Never: only a text source declares id envelopes (``TextLines.envelope``), whatever a file's name."""
+        return False
 
 
 RecordFormat = TextLines | JsonLines | Csv | ParquetFiles

@@ -10,11 +10,14 @@ offset in its partition. A segment is scanned as a stream
 checksum. Lines that are not valid UTF-8, or longer than the maximum line
 length, become dead letters.
 
-Segments whose name ends in ``.jsonl`` carry explicit record ids: one JSON
+A text source may declare id envelopes (``TextLines(id_envelope=".jsonl")``):
+its segments whose name ends in that suffix carry explicit record ids, one JSON
 object per line, ``{"id": "<string>", "ts": <event time, seconds>, "line":
 "<text>"}``. Their offsets work exactly as for text; scanning also returns each
 record's id and event time for the id store (``coordinator.sources.id_store``), and a
 line that is not such an object is a dead letter like a line that is not UTF-8.
+How a segment is parsed comes from its source's declared format alone: a file's
+name never makes a JSON-lines, CSV or Parquet segment an envelope.
 """
 
 from __future__ import annotations
@@ -26,12 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.errors import SourceError
-from coordinator.sources.record_formats import JsonLines, ParquetFiles, TextLines
+from coordinator.sources.record_formats import JsonLines, ParquetFiles, RecordFormat, TextLines
 from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_of, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
-ID_SEGMENT_SUFFIX = ".jsonl"
 # record_ids.record_id is VARCHAR(255); event times stay exact in JSON doubles and in BIGINT arithmetic
 MAX_ID_LENGTH = 255
 MAX_EVENT_TIME = 2**53 - 1
@@ -50,7 +52,8 @@ class BadRecord:
 
 @dataclass(frozen=True, slots=True)
 class IdRecord:
-    """A valid record of a ``.jsonl`` segment: what the id store needs to deduplicate it."""
+    """A valid record with an id (an id envelope, or a JSON line's id field): what the id store needs to
+    deduplicate it."""
 
     offset_in_segment: int
     record_id: str
@@ -68,12 +71,12 @@ class ScannedSegment:
     checksum: str
     mtime_ns: int
     bad_records: list[BadRecord] = field(default_factory=list)
-    #: ``.jsonl`` segments only: every valid record, in offset order
+    #: segments of records with ids only (envelopes, an id field): every valid record, in offset order
     id_records: list[IdRecord] = field(default_factory=list)
 
 
 class BadIdRecordError(ValueError):
-    """A ``.jsonl`` line that is not a valid id record; the message is the dead letter's reason."""
+    """An id envelope line that is not a valid id record; the message is the dead letter's reason."""
 
 
 def input_dir(data_dir: Path, job: str) -> Path:
@@ -134,10 +137,6 @@ def split_records(data: bytes) -> list[bytes]:
     return lines
 
 
-def is_id_segment(name: str) -> bool:
-    return name.endswith(ID_SEGMENT_SUFFIX)
-
-
 def _reject_constant(name: str) -> None:
     raise BadIdRecordError(f"not a JSON object: {name} is not valid JSON")
 
@@ -172,7 +171,7 @@ def _utf8_text(value: str, key: str) -> None:
 
 
 def parse_id_record(line: bytes) -> tuple[str, int, str]:
-    """(id, ts, line) of one ``.jsonl`` line; ``BadIdRecordError`` says why the line is not a record.
+    """(id, ts, line) of one id envelope line; ``BadIdRecordError`` says why the line is not a record.
 
     An integer id is its decimal string, so ``5`` and ``"5"`` are the same id.
     """
@@ -209,7 +208,7 @@ def parse_id_record(line: bytes) -> tuple[str, int, str]:
 
 
 def _id_record(i: int, line: bytes, lines: TextLines) -> IdRecord | BadRecord:
-    """A ``.jsonl`` line: an id record whose ``line`` is a record of the job (``lines``), or a bad record."""
+    """An id envelope line: an id record whose ``line`` is a record of the job (``lines``), or a bad record."""
     try:
         rid, ts, body = parse_id_record(line)
         problem = lines.problem(body.encode("utf-8"))
@@ -247,17 +246,18 @@ def long_line_reason(line: LongLine, limit: int) -> str:
 
 
 def scan_segment(
-    partition: str, path: Path, lines: TextLines | None = None, max_line: int | None = None
+    partition: str, path: Path, lines: RecordFormat | None = None, max_line: int | None = None
 ) -> ScannedSegment:
     """Count a segment's records, streamed (``coordinator.sources.segment_reader``), with its size, checksum and
     mtime. Bad records (dead letters): lines longer than the maximum, lines that are not UTF-8 or not of
-    the job's records (``coordinator.sources.record_formats``), and in ``.jsonl`` segments lines that
-    are not id records."""
+    the job's records (``coordinator.sources.record_formats``), and in the id envelopes the format declares
+    (``TextLines.envelope``) lines that are not id records. ``lines``: the source's declared format (None:
+    plain text lines)."""
     lines = lines or TextLines()
     if isinstance(lines, ParquetFiles):
         return scan_parquet(partition, path, lines)
     reader = SegmentReader(path, max_line)
-    id_segment = is_id_segment(path.name)
+    id_segment = lines.envelope(path.name)
     check_each = id_segment or lines.checks_each_line
     records = 0
     bad: list[BadRecord] = []
