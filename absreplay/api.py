@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from absreplay.job_graph import build_definition
+from absreplay.job_graph import build_definition, late_sink_name
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
-from coordinator.dataflow.jobs import JobDefinition, check_dead_letter_share
+from coordinator.dataflow.jobs import JobDefinition, check_dead_letter_share, check_name
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
@@ -182,6 +182,17 @@ class Node:
         return tuple(c for c, _ in self.key)
 
 
+def _declared_names(node: Node) -> list[tuple[str, str]]:
+    """Each name the node brings into the graph, with what it is declared as: a window's late-record
+    sink and a loop's body and tail are operators of their own, kept in the catalog like any."""
+    names = [(node.name, node.kind if node.kind in ("source", "sink") else "operator")]
+    if node.kind == "window":
+        names.append((late_sink_name(node.name), f"window {node.name!r}: late-record sink"))
+    if node.loop is not None:
+        names += [(node.loop.body_name, "loop body"), (node.loop.tail_name, "loop tail")]
+    return names
+
+
 class Stream:
     """The records an operator emits each epoch (one DataFrame per epoch)."""
 
@@ -287,6 +298,7 @@ class Job:
     nodes: list[Node] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        check_name(self.name, "job")  # at declaration: the name becomes paths and catalog keys
         check_dead_letter_share(self.name, self.max_dead_letter_share)  # at declaration, not at first inject
 
     def source(self, name: str, format: RecordFormat | None = None) -> Stream:
@@ -305,9 +317,8 @@ class Job:
         return build_definition(self, origin)
 
     def _add(self, node: Node) -> None:
-        name = node.name
-        if not name or not name.replace("_", "").isalnum():
-            raise ValueError(f"job {self.name!r}: operator name {name!r} must be letters, digits and underscores")
-        if any(n.name == name for n in self.nodes):
-            raise ValueError(f"job {self.name!r}: two operators are named {name!r}")
+        for name, what in _declared_names(node):
+            check_name(name, f"job {self.name!r}: {what}")
+        if any(n.name == node.name for n in self.nodes):
+            raise ValueError(f"job {self.name!r}: two operators are named {node.name!r}")
         self.nodes.append(node)

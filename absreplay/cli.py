@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from absreplay import job_listing, report, state_commands, views
+from absreplay.options import checkpoint_option, count_option
 from absreplay.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.checkpoints import weak
@@ -31,7 +32,7 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 SnapshotMode = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
 Parallelism = Annotated[
     int | None,
-    typer.Option("--parallelism", min=1, help="subtasks per operator for this run (default: ABS_PARALLELISM, "
+    count_option("--parallelism", help="subtasks per operator for this run (default: ABS_PARALLELISM, "
                  "else the job's own); state is redistributed by key groups"),
 ]
 
@@ -103,7 +104,7 @@ def inject(job: str) -> None:
 def process(
     job: str,
     snapshot_mode: SnapshotMode = "async",
-    restore_from: Annotated[int | None, typer.Option(help="restore from this completed checkpoint")] = None,
+    restore_from: Annotated[int | None, checkpoint_option(help="restore from this completed checkpoint")] = None,
     parallelism: Parallelism = None,
 ) -> None:
     """Process every injected, unprocessed epoch in order, in one Spark application."""
@@ -147,7 +148,7 @@ def finalize(job: str) -> None:
 @app.command()
 def run(
     job: str,
-    cycles: Annotated[int, typer.Option("--cycles", min=1, help="how many inject/process/finalize cycles")] = 1,
+    cycles: Annotated[int, count_option("--cycles", help="how many inject/process/finalize cycles")] = 1,
     snapshot_mode: SnapshotMode = "async",
     parallelism: Parallelism = None,
 ) -> None:
@@ -165,7 +166,7 @@ def run(
 def checkpoints(
     job: str,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
-    limit: Annotated[int, typer.Option(min=1, help="newest N checkpoints")] = 50,
+    limit: Annotated[int, count_option(help="newest N checkpoints")] = 50,
 ) -> None:
     """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint."""
     ctx = job_context(job)
@@ -186,7 +187,7 @@ Fallback = Annotated[
 @app.command()
 def recover(
     job: str,
-    checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
+    checkpoint: Annotated[int | None, checkpoint_option(help="checkpoint id (default: latest completed)")] = None,
     mode: Annotated[str, typer.Option(help="full (every task) or partial (failed tasks and their upstream)")] = "full",
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
@@ -202,7 +203,7 @@ def recover(
 @app.command()
 def rewind(
     job: str,
-    to: Annotated[int, typer.Option("--to", help="checkpoint id: every epoch after it is processed again")],
+    to: Annotated[int, checkpoint_option("--to", help="checkpoint id: every epoch after it is processed again")],
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
     parallelism: Parallelism = None,
@@ -257,7 +258,7 @@ def recoveries(
 @app.command()
 def verify(
     job: str,
-    checkpoint: Annotated[int | None, typer.Option(help="checkpoint id (default: latest completed)")] = None,
+    checkpoint: Annotated[int | None, checkpoint_option(help="checkpoint id (default: latest completed)")] = None,
 ) -> None:
     """Recompute a checkpoint's state from the sources alone and compare it with the stored snapshot.
     Exit 0 equal, 1 differs, 2 bad input, 3 could not check (a state file missing or corrupt, a failure)."""
@@ -275,8 +276,8 @@ def verify(
 
 @app.command()
 def demo(
-    batches: Annotated[int, typer.Option(min=2, help="how many batches of segments land")] = 4,
-    lines_per_batch: Annotated[int, typer.Option(min=1)] = 20000,
+    batches: Annotated[int, count_option(min=2, help="how many batches of segments land")] = 4,
+    lines_per_batch: Annotated[int, count_option()] = 20000,
     airflow: Annotated[bool, typer.Option(help="drive it through the Airflow DAGs (--no-airflow: the CLI alone)")] = True,
 ) -> None:
     """Run the whole story on embedded defaults and check the result against an independent recount."""
@@ -291,13 +292,32 @@ def demo(
 app.command(name="report")(report.report)  # absreplay/report.py owns it
 
 
+#: what click raises for a bad option or argument (typer carries its own click, under a private name)
+ClickUsageError = typer.BadParameter.__base__
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: click reports usage errors (exit 2); ABS Replay's own errors are one line."""
+    """Entry point: usage errors (a bad option or argument, a number out of range) and ABS Replay's own
+    errors are one line (DESIGN.md section 7), not click's usage block and framed panel."""
     try:
-        app(args=argv)
+        code = app(args=argv, prog_name="absreplay", standalone_mode=False)
+    except ClickUsageError as exc:
+        _usage_error(exc)
     except Exception as exc:
         error = as_user_error(exc)
         if error is None:
             raise  # a bug of ours: its traceback is what a report needs
         print(f"error: {error}", file=sys.stderr, flush=True)
         sys.exit(error.exit_code)
+    if code:  # typer.Exit(code) of a command, returned rather than raised outside standalone mode
+        sys.exit(code)
+
+
+def _usage_error(exc: Exception) -> None:
+    """Exit 2 with one line naming the option and the problem. A command typed without its
+    subcommand or arguments shows its help instead, as click does (printed already)."""
+    if type(exc).__name__ != "NoArgsIsHelpError":
+        message = " ".join(exc.format_message().split())
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        print(f"error: {message}{hint}", file=sys.stderr, flush=True)
+    sys.exit(exc.exit_code)

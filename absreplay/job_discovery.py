@@ -25,14 +25,18 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 
+import absreplay
+import coordinator
 from absreplay.api import Job
-from coordinator.dataflow.jobs import JobDefinition
-from coordinator.errors import ConfigError, UnknownJobError
+from coordinator.dataflow.jobs import JobDefinition, check_name
+from coordinator.errors import ConfigError, UnknownJobError, UsageError
 
 GROUP = "absreplay.jobs"
 JOBS_DIR_ENV = "ABS_JOBS_DIR"
 #: modules of the jobs folder are imported under this prefix
 FOLDER_PACKAGE = "absreplay_jobs_dir"
+#: the directories of ABS Replay's own packages (not its examples)
+OWN_CODE = tuple(f"{Path(package.__file__).parent}{os.sep}" for package in (absreplay, coordinator))
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,12 @@ def jobs_in(module: ModuleType) -> list[Job]:
 
 def _one_line(exc: BaseException) -> str:
     """``Type: first line (file, line N)``: the innermost frame of user code, not of the import
-    machinery (``<frozen importlib...>``); a SyntaxError's own text names its file and line."""
+    machinery (``<frozen importlib...>``) nor of ABS Replay's API refusing a declaration (the job
+    file's line declares it); a SyntaxError's own text names its file and line."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, SyntaxError):
         return f"{exc.__class__.__name__}: {first}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(("<", *OWN_CODE))]
     where = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
     return f"{exc.__class__.__name__}: {first}{where}"
 
@@ -163,7 +168,12 @@ def discover() -> Found:
 
 
 def get_job(name: str) -> JobDefinition:
-    """The job called ``name`` (UnknownJobError, exit 2, listing the known and the broken ones)."""
+    """The job called ``name`` (UnknownJobError, exit 2, listing the known and the broken ones). A name
+    against the naming rule is bad input named as such, before any job file is imported: no job has it."""
+    try:
+        check_name(name, "job")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     found = discover()
     if name in found.jobs:
         return found.jobs[name]

@@ -90,9 +90,14 @@ def _sink(job: Job, node: Node) -> SinkSpec:
                     from_state=upsert)
 
 
+def late_sink_name(window: str) -> str:
+    """The sink of a window's late records (the dead letters, two-phase like any sink)."""
+    return f"{window}_late"
+
+
 def late_sink(node: Node) -> SinkSpec:
     columns = (("partition", "string"), ("offset", "long"), ("reason", "string"), ("payload", "string"))
-    return SinkSpec(f"{node.name}_late", DeadLetters(node.name), columns, None, node.name, from_state=False)
+    return SinkSpec(late_sink_name(node.name), DeadLetters(node.name), columns, None, node.name, from_state=False)
 
 
 def build_definition(job: Job, origin: str = "") -> JobDefinition:
@@ -132,8 +137,8 @@ def build_definition(job: Job, origin: str = "") -> JobDefinition:
         else:
             operators.append(Operator(node.name, KEYED[node.kind], p))
             if node.kind == "window":  # its late records go to the dead letters, two-phase like any sink
-                operators.append(Operator(f"{node.name}_late", OperatorKind.SINK, p))
-                edges.append(Edge(node.name, f"{node.name}_late", Partitioning.FORWARD))
+                operators.append(Operator(late_sink_name(node.name), OperatorKind.SINK, p))
+                edges.append(Edge(node.name, late_sink_name(node.name), Partitioning.FORWARD))
         hashed = node.kind in (*KEYED, "iterate")
         for upstream in node.inputs:
             edges.append(Edge(upstream, node.name, Partitioning.HASH if hashed else Partitioning.FORWARD))

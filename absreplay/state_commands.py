@@ -15,12 +15,13 @@ from rich.console import Console
 from rich.table import Table
 
 from absreplay.context import job_context
+from absreplay.options import checkpoint_option, count_option
 from coordinator.checkpoints import state_reader
 from coordinator.errors import UsageError
 
 FORMATS = ("table", "json", "parquet")
 Operator = Annotated[str | None, typer.Option("--operator", help="the stateful operator (default: the job's)")]
-Limit = Annotated[int, typer.Option("--limit", min=1, help="rows shown in a table (json and parquet: all)")]
+Limit = Annotated[int, count_option("--limit", help="rows shown in a table (json and parquet: all)")]
 Format = Annotated[str, typer.Option("--format", help="table, json (one object per line) or parquet (needs --out)")]
 Out = Annotated[Path | None, typer.Option("--out", help="file to write (parquet: required)")]
 
@@ -29,7 +30,7 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 
 def state(
     job: str,
-    checkpoint: Annotated[int, typer.Option("--checkpoint", help="a completed, superseded or retained checkpoint")],
+    checkpoint: Annotated[int, checkpoint_option("--checkpoint", help="a completed, superseded or retained checkpoint")],
     operator: Operator = None,
     key: Annotated[str | None, typer.Option("--key", help="only this key's row")] = None,
     fmt: Format = "table",
@@ -51,8 +52,8 @@ def state(
 
 def diff(
     job: str,
-    from_id: Annotated[int, typer.Option("--from", help="the older checkpoint")],
-    to_id: Annotated[int, typer.Option("--to", help="the newer checkpoint")],
+    from_id: Annotated[int, checkpoint_option("--from", help="the older checkpoint")],
+    to_id: Annotated[int, checkpoint_option("--to", help="the newer checkpoint")],
     operator: Operator = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line)")] = "table",
     limit: Limit = 20,

@@ -21,6 +21,7 @@ from coordinator.checkpoints import recovery, rescale, weak
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
+from absreplay.options import parse, positive_arg
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
@@ -31,21 +32,21 @@ if TYPE_CHECKING:  # pyspark is imported only once there is work to do
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="process", description=__doc__)
+    parser = argparse.ArgumentParser(prog="process", description=__doc__, exit_on_error=False)
     parser.add_argument("job")
     parser.add_argument("--snapshot-mode", choices=["async", "sync", "none"], default="async")
-    parser.add_argument("--parallelism", type=int, default=None,
+    parser.add_argument("--parallelism", type=positive_arg, default=None,
                         help="run every operator at N subtasks (default: ABS_PARALLELISM, else the job's own)")
-    parser.add_argument("--restore-from", type=int, default=None)
-    parser.add_argument("--max-epochs", type=int, default=None)
+    parser.add_argument("--restore-from", type=positive_arg, default=None)
+    parser.add_argument("--max-epochs", type=positive_arg, default=None)
     parser.add_argument("--metrics-out", default=None)
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--recover", action="store_const", const="recover", dest="recovery")
     kind.add_argument("--rewind", action="store_const", const="rewind", dest="recovery")
-    parser.add_argument("--checkpoint", type=int, default=None)
+    parser.add_argument("--checkpoint", type=positive_arg, default=None)
     parser.add_argument("--mode", choices=["full", "partial"], default="full")
     parser.add_argument("--fallback", action="store_true")
-    return parser.parse_args(argv)
+    return parse(parser, argv)
 
 
 def run(argv: list[str], spark: SparkSession | None = None) -> int:

@@ -5,6 +5,7 @@ in this process (tests.helpers.cli), which prints and exits exactly as the execu
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 
@@ -13,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
-from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace, one_line_error
+from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace, one_line_error, patched_env
 
 
 def absreplay(*args: str, env: dict[str, str]) -> CliResult:
@@ -172,3 +173,66 @@ def test_a_spark_failure_is_one_line(tmp_path, sqlite_url, spark, monkeypatch) -
             seg.unlink()
     r = cli(ws, "process", "wordcount", spark=spark)
     one_line_failure(r, "Spark failed")
+
+
+# -- numbers out of range: a usage error naming the option (exit 2), never a database overflow -----
+TOO_BIG = str(2**63)  # one past the catalog's BIGINT
+NUMBER_OPTIONS = [  # (the command and what it needs besides, the option given the number)
+    (("process", "wordcount"), "--restore-from"),
+    (("process", "wordcount"), "--parallelism"),
+    (("run", "wordcount"), "--cycles"),
+    (("run", "wordcount"), "--parallelism"),
+    (("checkpoints", "wordcount"), "--limit"),
+    (("recover", "wordcount"), "--checkpoint"),
+    (("recover", "wordcount"), "--parallelism"),
+    (("rewind", "wordcount"), "--to"),
+    (("rewind", "wordcount", "--to", "1"), "--parallelism"),
+    (("verify", "wordcount"), "--checkpoint"),
+    (("state", "wordcount"), "--checkpoint"),
+    (("state", "wordcount", "--checkpoint", "1"), "--limit"),
+    (("diff", "wordcount", "--to", "2"), "--from"),
+    (("diff", "wordcount", "--from", "1"), "--to"),
+    (("diff", "wordcount", "--from", "1", "--to", "2"), "--limit"),
+    (("demo", "--no-airflow"), "--batches"),
+    (("demo", "--no-airflow"), "--lines-per-batch"),
+]
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", TOO_BIG, "-1"])
+@pytest.mark.parametrize(("command", "option"), NUMBER_OPTIONS, ids=lambda p: " ".join(p) if isinstance(p, tuple) else p)
+def test_a_number_out_of_range_is_one_line_naming_the_option(tmp_path, sqlite_url, command, option, value) -> None:
+    r = absreplay(*command, option, value, env={"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)})
+    one_line_error(r, option)
+    assert count_rows(sqlite_url, "jobs") == 0
+
+
+def test_the_largest_checkpoint_id_is_looked_up(tmp_path, sqlite_url) -> None:
+    """2**63-1 is in range: it reaches the catalog and is named as a checkpoint that does not exist."""
+    r = absreplay("state", "wordcount", "--checkpoint", str(2**63 - 1),
+                  env={"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)})
+    one_line_error(r, f"checkpoint {2**63 - 1} of job 'wordcount' does not exist")
+
+
+def test_usage_errors_are_one_line_and_help_still_shows(tmp_path, sqlite_url) -> None:
+    env = {"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)}
+    one_line_error(absreplay("state", "wordcount", env=env), "--checkpoint")
+    one_line_error(absreplay("checkpoints", "wordcount", "--limit", "many", env=env), "--limit")
+    one_line_error(absreplay("inject", env=env), "Missing argument 'job'")
+    r = absreplay("state", "--help", env=env)
+    assert r.code == 0 and "--checkpoint" in r.out
+    r = absreplay(env=env)  # no command: the help, as before
+    assert r.code == 2 and "inject" in r.out + r.err
+
+
+APP_OPTIONS = [("process", "--restore-from"), ("process", "--checkpoint"), ("process", "--parallelism"),
+               ("process", "--max-epochs"), ("verify", "--checkpoint")]
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999", "-1"])
+@pytest.mark.parametrize(("app", "option"), APP_OPTIONS)
+def test_the_spark_applications_refuse_a_number_out_of_range(tmp_path, sqlite_url, capsys, app, option,
+                                                              value) -> None:
+    """The applications spark-submit runs bound their numbers too (one line, exit 2, before Spark)."""
+    with patched_env({"ABS_DATABASE_URL": sqlite_url, "ABS_HOME": str(tmp_path)}):
+        code = importlib.import_module(f"spark_jobs.{app}").run(["wordcount", option, value])
+    one_line_error(CliResult(code, "", capsys.readouterr().err), option)

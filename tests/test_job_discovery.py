@@ -1,9 +1,9 @@
-"""Jobs found as plugins: a jobs folder with one good job file and four broken ones.
+"""Jobs found as plugins: a jobs folder with one good job file and five broken ones.
 
 Each broken file (a syntax error, an import error, an incomplete job, a name an installed
-package's job already has) is listed with its error by discovery, ``absreplay jobs`` and the
-DagBag's warnings, and hides none of the good jobs. No Spark: job files import pyspark's
-Python API only, as a declaration needs no JVM.
+package's job already has, a name against the naming rule) is listed with its error by
+discovery, ``absreplay jobs`` and the DagBag's warnings, and hides none of the good jobs. No
+Spark: job files import pyspark's Python API only, as a declaration needs no JVM.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ BROKEN = {
     "duplicate.py": 'import absreplay.api as abs\n\njob = abs.Job("wordcount")\n'
                     '(job.source("lines").key_by("line", str).aggregate("seen", n=abs.count())\n'
                     ' .sink("out", abs.SqlTable("my_wordcount")))\n',
+    # a complete job, but its name would be a path out of ABS_DATA_DIR
+    "bad_name.py": 'import absreplay.api as abs\n\njob = abs.Job("../../evil")\n'
+                   '(job.source("lines").key_by("line", str).aggregate("seen", n=abs.count())\n'
+                   ' .sink("out", abs.SqlTable("evil")))\n',
 }
 
 EXPECTED_ERRORS = {
@@ -67,6 +71,7 @@ EXPECTED_ERRORS = {
     "import_error.py": ["ImportError", "TumblingWindow", "(import_error.py, line 3)"],
     "incomplete.py": ["job 'half' declares no keyed operator"],
     "duplicate.py": ["job 'wordcount' is declared already by entry point wordcount"],
+    "bad_name.py": ["ValueError: job name '../../evil' must be letters, digits", "(bad_name.py, line 3)"],
 }
 
 #: the jobs of the installed examples package (its entry points)
@@ -187,3 +192,88 @@ def test_dagbag_makes_the_good_jobs_dags_and_warns_of_each_broken_file(jobs_dir:
         for name, needles in EXPECTED_ERRORS.items():
             assert f"job file {jobs_dir / name} failed to load: " in warned, warned
             assert needles[0] in warned
+
+
+# -- names: the rule, at declaration and on the command line ----------------------------------------
+RULE = "must be letters, digits, _ and -, starting with a letter or digit, at most 64 characters"
+BAD_NAMES = ["../../evil", "a b", "x" * 65, "", "-dash-first", "naïve", "tab\t"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_bad_job_name_is_refused_at_declaration(name: str) -> None:
+    import absreplay.api as abs
+
+    with pytest.raises(ValueError) as raised:
+        abs.Job(name)
+    assert str(raised.value) == f"job name {name!r} {RULE}"
+
+
+@pytest.mark.parametrize("what", ["source", "operator", "sink"])
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_bad_source_operator_and_sink_names_are_refused_at_declaration(what: str, name: str) -> None:
+    import absreplay.api as abs
+
+    job = abs.Job("named")
+    declare = {
+        "source": lambda: job.source(name),
+        "operator": lambda: job.source("lines").map(name, lambda df: df),
+        "sink": lambda: job.source("lines").sink(name, abs.SqlTable("t")),
+    }[what]
+    with pytest.raises(ValueError) as raised:
+        declare()
+    assert str(raised.value) == f"job 'named': {what} name {name!r} {RULE}"
+
+
+def test_names_a_declaration_makes_keep_to_the_rule_too() -> None:
+    """A window's late-record sink (``<window>_late``) and a loop's body and tail are operators too."""
+    import absreplay.api as abs
+
+    keyed = abs.Job("named").source("lines").key_by("k", str)
+    with pytest.raises(ValueError, match=f"window 'w{{60}}': late-record sink name 'w{{60}}_late' {RULE}"):
+        keyed.window("w" * 60, abs.Tumbling(minutes=1), time="t", n=abs.count())
+    keyed.window("w" * 59, abs.Tumbling(minutes=1), time="t", n=abs.count())  # 64 with _late
+    loop = abs.Loop(head=lambda *a: a[0], body=lambda df: df, back_edge={"k": str}, back_edge_key="k",
+                    tail_name="back edge")
+    with pytest.raises(ValueError, match=f"job 'named': loop tail name 'back edge' {RULE}"):
+        keyed.iterate("labels", loop, state={"label": str})
+
+
+def test_a_job_renamed_after_declaration_has_no_definition() -> None:
+    """The definition checks again (a job file may set ``job.name`` after declaring it)."""
+    import copy
+
+    from absreplay_examples.wordcount import job
+
+    renamed = copy.copy(job)
+    renamed.name = "../../evil"
+    with pytest.raises(ValueError, match=f"job name '../../evil' {RULE}"):
+        renamed.definition()
+
+
+def test_the_name_limit_fits_every_name_column_of_the_catalog() -> None:
+    from coordinator.catalog.models import Base
+    from coordinator.dataflow.jobs import NAME_MAX
+
+    columns = [c for table in Base.metadata.tables.values() for c in table.columns if c.name in ("job", "operator", "sink")]
+    assert len(columns) >= 8
+    assert all(c.type.length >= NAME_MAX for c in columns), [(c.table.name, c.name, c.type.length) for c in columns]
+
+
+def test_the_example_and_test_jobs_keep_to_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ABS_JOBS_DIR", str(Path(__file__).parent / "jobs"))
+    monkeypatch.setattr(job_discovery, "_FOUND", {})
+    found = discover()
+    assert found.broken == [] and set(INSTALLED) < set(found.jobs)
+
+
+#: every command that takes a job, with what else it needs
+JOB_COMMANDS = [("inject",), ("process",), ("finalize",), ("run",), ("checkpoints",), ("recover",),
+                ("rewind", "--to", "1"), ("recoveries",), ("verify",), ("state", "--checkpoint", "1"),
+                ("diff", "--from", "1", "--to", "2"), ("report",)]
+
+
+@pytest.mark.parametrize("name", ["../../evil", "a b", "x" * 65, ""], ids=["path", "space", "65", "empty"])
+@pytest.mark.parametrize("command", JOB_COMMANDS, ids=" ".join)
+def test_every_command_refuses_a_bad_job_name_in_one_line(jobs_dir: Path, env: dict[str, str], command: tuple,
+                                                          name: str) -> None:
+    one_line_error(cli(None, command[0], name, *command[1:], env=env), f"job name {name!r} {RULE}")

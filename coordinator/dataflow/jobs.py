@@ -8,6 +8,7 @@ runtime (``spark_jobs.dataflow``); nothing here reads it. No Spark here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 from typing import Any
@@ -64,6 +65,20 @@ class SinkSpec:
         return self.declaration.target(self.arrow_schema, self.key, catalog_url)
 
 
+#: the longest job, source, operator or sink name: the catalog's name columns are VARCHAR(64)
+NAME_MAX = 64
+NAME_RULE = f"letters, digits, _ and -, starting with a letter or digit, at most {NAME_MAX} characters"
+_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9_-]{{0,{NAME_MAX - 1}}}")
+
+
+def check_name(name: object, what: str) -> None:
+    """ValueError naming ``name``, what it was declared as and the rule, unless it keeps to the rule.
+    A name becomes a path (``$ABS_DATA_DIR/<job>/input/``, state files, the job's lease), where
+    ``../`` or ``/`` would leave the directory meant, and a key of the catalog's name columns."""
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise ValueError(f"{what} name {name!r} must be {NAME_RULE}")
+
+
 def check_dead_letter_share(job: str, share: float | None) -> None:
     """ValueError unless ``share`` is None or a share of records, 0 to 1: any other threshold is a typo
     that would pass or fail every epoch alike."""
@@ -96,6 +111,9 @@ class JobDefinition:
     origin: str = ""
 
     def __post_init__(self) -> None:
+        check_name(self.name, "job")  # the declaration checked it; a job renamed since is caught here
+        for op in self.graph.operators:
+            check_name(op.name, f"job {self.name!r}: operator")
         if self.loop_rounds < 1:
             raise ValueError(f"job {self.name!r}: loop_rounds must be >= 1, got {self.loop_rounds}")
         if self.consistency not in ("exactly_once", "weak"):

@@ -1,0 +1,49 @@
+"""Numbers on the command line, bounded once: checkpoint ids and counts.
+
+The catalog keeps ids and counts in 64-bit (BIGINT) columns, so a larger number,
+or one below the first id, is bad input: a usage error naming the option (exit
+2, one line), never an OverflowError of the database driver. The commands
+(typer) and the Spark applications they spark-submit (argparse) share these bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import typer
+
+from coordinator.errors import UsageError
+
+#: the largest value of the catalog's BIGINT columns
+BIGINT_MAX = 2**63 - 1
+
+
+def checkpoint_option(*names: str, help: str) -> Any:  # noqa: A002 - typer's own name
+    """A checkpoint id option: ids start at 1."""
+    return typer.Option(*names, min=1, max=BIGINT_MAX, help=help)
+
+
+def count_option(*names: str, min: int = 1, help: str | None = None) -> Any:  # noqa: A002
+    """A count option (cycles, rows shown, subtasks, batches), from ``min``."""
+    return typer.Option(*names, min=min, max=BIGINT_MAX, help=help)
+
+
+def positive_arg(text: str) -> int:
+    """argparse ``type`` of a checkpoint id or a count: 1 to BIGINT_MAX."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= BIGINT_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {BIGINT_MAX}")
+    return value
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args`` (a parser made with ``exit_on_error=False``), a value its type refuses
+    raised as UsageError: the application reports it as any bad input, one line, exit 2."""
+    try:
+        return parser.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        raise UsageError(str(exc)) from None
