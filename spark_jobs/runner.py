@@ -29,6 +29,7 @@ from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.sources.record_formats import ParquetFiles
+from coordinator.sinks.dead_letters import DeadLetters
 from spark_jobs import keyed_state
 from spark_jobs.dataflow import dataflow_of
 from spark_jobs.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
@@ -166,12 +167,7 @@ class EpochRunner:
         pending = self.store.pending_after(self.job.name, restored or 0)
         if self.max_epochs is not None:
             pending = pending[: self.max_epochs]
-        with self.store.sessions() as s:
-            dead = s.execute(
-                select(DeadLetter.checkpoint_id, DeadLetter.partition, DeadLetter.offset).where(
-                    DeadLetter.job == self.job.name
-                )
-            ).all()
+        dead = self.source_dead_letters()
         prev_cut = self.store.cut(self.job.name, restored) if restored else {}
         plans = []
         for ck in pending:
@@ -183,13 +179,18 @@ class EpochRunner:
 
     def plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int) -> EpochPlan:
         """The records between two cuts, as one epoch (e.g. everything before a cut, for verify)."""
+        return self._plan_range(start, end, checkpoint_id, self.source_dead_letters())
+
+    def source_dead_letters(self) -> list[tuple[int, str, int]]:
+        """(checkpoint, partition, offset) of the sources' dead letters (inject's: bad lines, duplicate ids),
+        which no operator reads. A record an operator made a dead letter (a window's late one: its ``segment``
+        is the operator) was dead for that operator alone: a replay or a recomputation reads it again, the
+        window finds it late again, and every other operator reading the same source counts it."""
+        operators = [s.declaration.operator for s in self.job.sinks if isinstance(s.declaration, DeadLetters)]
         with self.store.sessions() as s:
-            dead = s.execute(
+            return [tuple(row) for row in s.execute(
                 select(DeadLetter.checkpoint_id, DeadLetter.partition, DeadLetter.offset).where(
-                    DeadLetter.job == self.job.name
-                )
-            ).all()
-        return self._plan_range(start, end, checkpoint_id, dead)
+                    DeadLetter.job == self.job.name, DeadLetter.segment.not_in(operators)))]
 
     def _plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int, dead) -> EpochPlan:
         segments = self.store.segments_between(self.job.name, start, end)

@@ -5,8 +5,11 @@
 The stored side is the checkpoint restored from its snapshot files (checksums
 of every file checked on the way). The recomputed side runs the job's
 operators over every record before the checkpoint's cut, from empty state, in
-one epoch. They are compared per subtask (at the parallelism the checkpoint was
-taken at) on (key, values) — checksums first, then, where they differ, row by
+one epoch. The sources' dead letters (inject's) are left out, a window's late
+records are read: they were dead for the window alone, which finds them late
+again, while an aggregate reading the same source counts them. They are
+compared per subtask (at the parallelism the checkpoint was taken at) on
+(key, values) — checksums first, then, where they differ, row by
 row. Exit 0 when equal, 1 with the first differences, 2 for bad input (a source
 segment changed or deleted since inject is named: the sources, not the state,
 would differ), 3 when it could not check (a state file missing or corrupt, the
@@ -35,6 +38,7 @@ from coordinator.sources import segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import get_job
+from absreplay.options import parse, positive_arg
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
@@ -196,11 +200,11 @@ def compare(operator: str, key: tuple[str, ...], identity: tuple[str, ...], stor
 def run(argv: list[str], spark: SparkSession | None = None) -> int:
     """The application; exit code. ``spark``: run on this session and leave it open (tests, notebooks),
     else start one and stop it at the end."""
-    parser = argparse.ArgumentParser(prog="verify", description=__doc__)
+    parser = argparse.ArgumentParser(prog="verify", description=__doc__, exit_on_error=False)
     parser.add_argument("job")
-    parser.add_argument("--checkpoint", type=int, default=None)
-    args = parser.parse_args(argv)
+    parser.add_argument("--checkpoint", type=positive_arg, default=None)
     try:
+        args = parse(parser, argv)
         settings = Settings.from_env()
         job = get_job(args.job)
         weak.refuse(job, "verify")
