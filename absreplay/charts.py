@@ -73,7 +73,8 @@ def stacked_bars(key: str, title: str, ids: list[int], series: dict[str, list[fl
 
 
 def job_charts(points: list[EpochPoint]) -> list[Chart]:
-    """The five charts of a job's history: snapshot phases, state per operator, records, back-edge log, failures."""
+    """The five charts of a job's history: snapshot phases, bytes written per operator, records, back-edge log,
+    failures."""
     ids = [p.checkpoint_id for p in points]
     operators = sorted({op for p in points for op in p.state_bytes_by_operator})
     failures = [f"{p.failure_reason}: {p.failure_detail or ''}".strip(": ") if p.failure_reason else ""
@@ -83,7 +84,9 @@ def job_charts(points: list[EpochPoint]) -> list[Chart]:
         stacked_bars("durations", "Snapshot duration: alignment / sync / async (slowest subtask)", ids, {
             "alignment": [p.alignment_ms for p in points], "sync": [p.sync_ms for p in points],
             "async": [p.async_ms for p in points]}, "ms"),
-        stacked_bars("state", "State size per operator", ids,
+        # acks record what each snapshot wrote (a delta: the changed keys only), not the state's whole size
+        stacked_bars("state", "Bytes written per checkpoint, per operator (a full snapshot, or a delta of the "
+                     "changed keys)", ids,
                      {op: [p.state_bytes_by_operator.get(op, 0) for p in points] for op in operators}, "B"),
         stacked_bars("records", "Records per epoch", ids, {"records": [p.records for p in points]}, "rec"),
         stacked_bars("back_edge", "Back-edge log size", ids,

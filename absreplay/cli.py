@@ -37,6 +37,22 @@ Parallelism = Annotated[
 ]
 
 
+#: --json is one JSON document wherever it is offered; --jsonl, one object a line, where rows can be streamed
+AsJson = Annotated[bool, typer.Option("--json", help="print one JSON document (an array of the rows)")]
+AsJsonLines = Annotated[bool, typer.Option("--jsonl", help="print JSON lines (one object per row)")]
+
+
+def _print_json(rows: list[dict], as_json: bool, as_jsonl: bool) -> bool:
+    """Print ``rows`` as asked (``--json``: one array; ``--jsonl``: a line each); whether either was asked."""
+    if as_json and as_jsonl:
+        raise UsageError("--json and --jsonl print the same rows two ways: give one of them")
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2, default=str) + "\n")
+    elif as_jsonl:
+        sys.stdout.writelines(json.dumps(row, default=str) + "\n" for row in rows)
+    return as_json or as_jsonl
+
+
 def _check_mode(mode: str) -> str:
     if mode not in ("async", "sync", "none"):
         raise UsageError(f"--snapshot-mode must be async, sync or none, not {mode!r}")
@@ -165,18 +181,18 @@ def run(
 @app.command()
 def checkpoints(
     job: str,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+    as_json: AsJson = False,
+    as_jsonl: AsJsonLines = False,
     limit: Annotated[int, count_option(help="newest N checkpoints")] = 50,
 ) -> None:
-    """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint."""
+    """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint.
+    duration_ms runs from the barrier's injection to completion; state_bytes is what the checkpoint's
+    snapshots wrote (a delta holds only the keys that changed)."""
     ctx = job_context(job)
     parallelism = {c.checkpoint_id: c.parallelism for c in ctx.store.checkpoints(job)}
     rows = [{**row, "parallelism": parallelism.get(row["checkpoint_id"])} for row in ctx.store.history(job)[-limit:]]
-    if as_json:
-        for row in rows:
-            sys.stdout.write(json.dumps(row, default=str) + "\n")
-        return
-    out.print(views.history_table(job, rows))
+    if not _print_json(rows, as_json, as_jsonl):
+        out.print(views.history_table(job, rows))
 
 
 Fallback = Annotated[
@@ -241,18 +257,16 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
 @app.command()
 def recoveries(
     job: str,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON lines instead of a table")] = False,
+    as_json: AsJson = False,
+    as_jsonl: AsJsonLines = False,
 ) -> None:
     """The recoveries and rewinds of a job (the recoveries table)."""
     from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
     rows = recovery.history(ctx.store, job)
-    if as_json:
-        for row in rows:
-            sys.stdout.write(json.dumps(row, default=str) + "\n")
-        return
-    out.print(views.recoveries_table(job, rows))
+    if not _print_json(rows, as_json, as_jsonl):
+        out.print(views.recoveries_table(job, rows))
 
 
 @app.command()

@@ -3,7 +3,8 @@
 The catalog keeps ids and counts in 64-bit (BIGINT) columns, so a larger number,
 or one below the first id, is bad input: a usage error naming the option (exit
 2, one line), never an OverflowError of the database driver. The commands
-(typer) and the Spark applications they spark-submit (argparse) share these bounds.
+(typer), the Spark applications they spark-submit (argparse) and the Airflow
+view's URLs (absreplay.airflow_plugin.app) share these bounds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from coordinator.errors import UsageError
 
 #: the largest value of the catalog's BIGINT columns
 BIGINT_MAX = 2**63 - 1
+
+
+def out_of_range(text: object, low: int = 1, high: int = BIGINT_MAX) -> str:
+    """What is wrong with a number given as ``text``: the one wording of every bounds error."""
+    return f"{str(text)!r} is not a whole number from {low} to {high}"
 
 
 def checkpoint_option(*names: str, help: str) -> Any:  # noqa: A002 - typer's own name
@@ -36,7 +42,7 @@ def positive_arg(text: str) -> int:
     except ValueError:
         value = 0
     if not 1 <= value <= BIGINT_MAX:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to {BIGINT_MAX}")
+        raise argparse.ArgumentTypeError(out_of_range(text))
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 
 from coordinator.checkpoints.coordinator import FinalizeReport
 
@@ -22,8 +23,11 @@ def format_bytes(n: int | None) -> str:
 
 def history_table(job: str, rows: list[dict]) -> Table:
     table = Table(title=f"snapshot_history of {job}")
-    for col in ("checkpoint", "status", "triggered", "duration ms", "state", "acked", "parallelism", "failure"):
-        table.add_column(col, justify="right" if col in ("checkpoint", "duration ms", "state", "parallelism") else "left")
+    # duration_ms runs from the barrier's injection to completion (not the snapshot's time); state_bytes is
+    # what the checkpoint's snapshots wrote (a delta: the changed keys only), not the state's size
+    numbers = ("checkpoint", "trigger → complete ms", "bytes written", "parallelism")
+    for col in ("checkpoint", "status", "triggered", numbers[1], numbers[2], "acked", "parallelism", "failure"):
+        table.add_column(col, justify="right" if col in numbers else "left")
     for r in rows:
         table.add_row(
             str(r["checkpoint_id"]),
@@ -58,12 +62,13 @@ def recovery_line(r: dict) -> str:
 
 def recoveries_table(job: str, rows: list[dict]) -> Table:
     table = Table(title=f"recoveries of {job}")
-    for col in ("id", "kind", "mode", "asked", "restored", "now at", "superseded", "started", "result", "detail"):
+    for col in ("id", "kind", "mode", "asked", "restored", "now at", "superseded", "started", "result"):
         table.add_column(col)
+    table.add_column("detail", overflow="fold")  # whole, wrapped over lines (long words folded): it says why
     for r in rows:
         table.add_row(
             str(r["id"]), r["kind"], r["mode"], str(r["requested_checkpoint_id"] or "latest"),
             str(r["from_checkpoint_id"] or "-"), str(r["to_checkpoint_id"] or "-"), str(r["superseded"]),
-            str(r["started_at"])[:19], r["result"], (r["detail"] or "")[:80],
+            str(r["started_at"])[:19], r["result"], Text(r["detail"] or ""),
         )
     return table

@@ -7,6 +7,10 @@ whole process group afterwards. Without ``users`` everyone is admin
 (``SIMPLE_AUTH_MANAGER_ALL_ADMINS``); with ``users`` (name -> (role,
 password)) the simple auth manager knows exactly those, from a passwords file
 the test writes, and the client signs in as the first one.
+
+Airflow is sized for the test machine (2 cores, two pytest workers): the LocalExecutor forks one
+worker process per task slot (``[core] parallelism``) as the scheduler starts, and Airflow's
+default of 32 took about 8 GiB; a test's DAG runs need no more than ``PARALLELISM`` at once.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from tests.helpers import Workspace, free_port, stop_process_group
 
 READY_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 240
+#: task slots, and so LocalExecutor worker processes, of each test Airflow
+PARALLELISM = 2
+#: the title the LocalExecutor gives its worker processes (airflow.executors.local_executor)
+EXECUTOR_WORKER_TITLE = b"airflow worker -- LocalExecutor"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,8 @@ class Airflow:
     log: Path
     token: str | None = None
     dag: str = "abs_wordcount_recover"
+    #: the session of ``airflow standalone`` (its process id): every process of this Airflow is in it
+    session: int | None = None
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -85,6 +95,18 @@ class Airflow:
                         "?full_content=true")
         return json.dumps(body["content"])
 
+    def executor_workers(self) -> int:
+        """How many LocalExecutor worker processes this Airflow runs now."""
+        count = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                session = int(stat.read_text().rsplit(")", 1)[1].split()[3])
+                count += session == self.session and (stat.parent / "cmdline").read_bytes().startswith(
+                    EXECUTOR_WORKER_TITLE)
+            except (OSError, IndexError, ValueError):
+                continue  # a process that ended meanwhile
+        return count
+
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
 
@@ -114,6 +136,8 @@ def standalone(tmp_path: Path, catalog: Workspace, pg_url: str,
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__CORE__PARALLELISM": str(PARALLELISM),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(PARALLELISM),
         **_auth_env(home, users),
         "AIRFLOW_VAR_ABS_DATABASE_URL": pg_url,
     }
@@ -121,7 +145,7 @@ def standalone(tmp_path: Path, catalog: Workspace, pg_url: str,
     with log.open("w") as fh:
         proc = subprocess.Popen([airflow_executable(), "standalone"], env=env, cwd=tmp_path, stdout=fh,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    api = Airflow(f"http://127.0.0.1:{port}", log)
+    api = Airflow(f"http://127.0.0.1:{port}", log, session=proc.pid)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:

@@ -19,7 +19,7 @@ from absreplay import orchestration
 from coordinator.checkpoints import recovery
 from absreplay.job_discovery import discover
 from coordinator.checkpoints.lifecycle import FailureReason
-from tests.airflow_standalone import Airflow, standalone
+from tests.airflow_standalone import PARALLELISM, Airflow, standalone
 from tests.helpers import Workspace, make_workspace
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=75)]
@@ -51,6 +51,8 @@ def test_airflow_lists_the_dags_and_recovers_from_the_form(airflow: Airflow, cat
         f"abs_{job}_{kind}" for job in discover().jobs for kind in ("barriers", "epochs", "recover")}
     assert all("absreplay" in {t["name"] for t in d["tags"]} for d in dags)
     assert airflow.get("/importErrors")["total_entries"] == 0
+    # sized for the host, not Airflow's default 32 worker processes
+    assert 1 <= airflow.executor_workers() <= PARALLELISM
     status, _ = airflow.call("PATCH", f"/dags/{DAG}", {"is_paused": False})
     assert status == 200
 

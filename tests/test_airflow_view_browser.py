@@ -7,7 +7,8 @@ iframe of the plugin's app) shows the history with the failure's reason; a click
 on "Recover to this checkpoint" starts a run of ``abs_wordcount_recover`` through
 Airflow's REST API, the run succeeds and its recovery is in ``recoveries`` and
 on the checkpoint's page. As the viewer: no button, and the same request from
-the browser is refused by Airflow (403) with no run created.
+the browser is refused by Airflow (403) with no run created; and every bad URL of
+tests/view_bad_urls.py gets its 404 or 422 as a page of the view saying what is wrong.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
+from tests.view_bad_urls import BAD_PAGES
 
 pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.heavy(seconds=150)]
 
@@ -149,3 +151,12 @@ def test_recover_from_the_view_inside_airflow(airflow: Airflow, catalog: Workspa
         DAG)
     assert status == 403
     assert airflow.get(f"/dags/{DAG}/dagRuns")["total_entries"] == runs_before
+
+    # bad URLs: never a 500; each a page of the view that says what is wrong
+    for path, expected, message in BAD_PAGES:
+        url = f"{airflow.base}/absreplay{path}"
+        status = browser.execute_async_script(
+            """const done = arguments[arguments.length - 1];
+            fetch(arguments[0], {credentials: "same-origin"}).then(r => done(r.status));""", url)
+        browser.get(url)
+        assert (status, message in wait(browser, (By.ID, "error")).text) == (expected, True), path

@@ -6,6 +6,7 @@ in this process (tests.helpers.cli), which prints and exits exactly as the execu
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 
@@ -14,7 +15,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url
-from tests.helpers import ABSREPLAY, CliResult, cli, make_workspace, one_line_error, patched_env
+from coordinator.checkpoints import recovery
+from tests.helpers import ABSREPLAY, CliResult, cli, cli_ok, make_workspace, one_line_error, patched_env
 
 
 def absreplay(*args: str, env: dict[str, str]) -> CliResult:
@@ -84,7 +86,28 @@ def test_inject_and_checkpoints_json(tmp_path, sqlite_url) -> None:
     r = absreplay("inject", "wordcount", env=env)
     assert r.code == 0 and "barrier 1 injected" in r.out and "p0@1" in r.out
     r = absreplay("checkpoints", "wordcount", "--json", env=env)
-    assert r.code == 0 and '"status": "PENDING"' in r.out and '"total_tasks": 8' in r.out
+    assert r.code == 0
+    (row,) = json.loads(r.out)  # one document: the array of rows
+    assert (row["checkpoint_id"], row["status"], row["total_tasks"]) == (1, "PENDING", 8)
+    r = absreplay("checkpoints", "wordcount", "--jsonl", env=env)
+    assert r.code == 0 and [json.loads(line) for line in r.out.splitlines()] == [row]
+    one_line_error(absreplay("checkpoints", "wordcount", "--json", "--jsonl", env=env), "--json and --jsonl")
+
+
+def test_recoveries_as_one_document_and_a_table_that_keeps_the_whole_detail(tmp_path, sqlite_url) -> None:
+    ws = make_workspace(tmp_path, sqlite_url)
+    detail = ("state file file:///state/wordcount/chk-1/count/1/" + "x" * 150 + ".parquet is missing: "
+              "recover with --fallback to step back to the previous completed checkpoint")
+    rid = recovery.start(ws.store, "wordcount", recovery.RecoveryKind.RECOVER, recovery.RecoveryMode.FULL, None)
+    recovery.finish(ws.store, rid, recovery.RecoveryResult.FAILED, detail=detail)
+    (row,) = json.loads(cli_ok(ws, "recoveries", "wordcount", "--json"))
+    assert (row["id"], row["result"], row["detail"]) == (rid, "FAILED", detail)
+    (line,) = cli_ok(ws, "recoveries", "wordcount", "--jsonl").splitlines()
+    assert json.loads(line) == row
+    table = cli_ok(ws, "recoveries", "wordcount")
+    # the detail column's cells, top to bottom: wrapped and folded, never cut
+    cells = [ln.split("│")[-2].strip() for ln in table.splitlines() if ln.count("│") == 11]
+    assert "".join(cells).replace(" ", "").endswith(detail.replace(" ", ""))
 
 
 def test_restore_from_a_checkpoint_that_does_not_exist(tmp_path, sqlite_url) -> None:

@@ -32,7 +32,7 @@ def test_upgrade_jobs_run_cycles_history_and_verify(tmp_path, spark) -> None:
     # nothing new landed before the second barrier: an empty epoch, still a complete checkpoint
     assert "barrier 2 injected; 0 new segment(s)" in out and "committed 2;" in out
     assert "no pending epochs after checkpoint 2" in cli("process", "wordcount")
-    rows = [json.loads(line) for line in cli("checkpoints", "wordcount", "--json").splitlines()]
+    rows = json.loads(cli("checkpoints", "wordcount", "--json"))
     assert [(r["checkpoint_id"], r["status"], r["acked_tasks"]) for r in rows] == [(1, "COMPLETED", 8), (2, "COMPLETED", 8)]
     store = CheckpointStore(make_engine(url))
     with store.engine.connect() as c:

@@ -243,7 +243,7 @@ def test_the_command_line_runs_checkpoints_and_verifies_connected_components(tmp
     out = cli_ok(ws, "run", JOB, "--cycles", "2", spark=spark)
     assert "cycle 2/2" in out and "committed 1,2;" in out and "committed 3;" in out
     out = cli_ok(ws, "checkpoints", JOB, "--json")
-    assert [json.loads(line)["status"] for line in out.splitlines()] == ["COMPLETED"] * 3
+    assert [row["status"] for row in json.loads(out)] == ["COMPLETED"] * 3
     out = cli_ok(ws, "verify", JOB, spark=spark)
     assert "checkpoint 3 verified" in out
     assert committed_labels(ws) == expected(ws)

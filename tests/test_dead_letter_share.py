@@ -81,7 +81,7 @@ def test_beyond_max_dead_letter_share_inject_fails_but_registers_the_barrier(env
         f"error: barrier 1 of job 'strict_clicks': 80% of its 10 new records are dead letters, above "
         f"max_dead_letter_share=0.5 (first reason: {MISSING}); the barrier is registered, its dead letters "
         f"are in the catalog"]
-    rows = [json.loads(line) for line in cli_ok(None, "checkpoints", "strict_clicks", "--json", env=env).splitlines()]
+    rows = json.loads(cli_ok(None, "checkpoints", "strict_clicks", "--json", env=env))
     assert [(row["checkpoint_id"], row["status"]) for row in rows] == [(1, "PENDING")]
     with make_engine(env["ABS_DATABASE_URL"]).connect() as c:
         assert c.scalar(select(func.count()).select_from(DeadLetter).where(DeadLetter.checkpoint_id == 1)) == 8

@@ -57,8 +57,8 @@ def test_rewind_as_typed_then_the_audit(ws, spark) -> None:
     out = cli_ok(ws, "rewind", "wordcount", "--to", "1", spark=spark)
     assert "recovery #1 (rewind, full): SUCCEEDED; restored 1, now at 3, superseded 1" in out
     assert ws.committed() == ws.expected_at(3) == ws.expected_at(2)
-    (row,) = [json.loads(line) for line in cli_ok(ws, "recoveries", "wordcount", "--json").splitlines()]
+    (row,) = json.loads(cli_ok(ws, "recoveries", "wordcount", "--json"))
     assert (row["kind"], row["from_checkpoint_id"], row["to_checkpoint_id"], row["result"]) == (
         "rewind", 1, 3, "SUCCEEDED")
-    history = [json.loads(line) for line in cli_ok(ws, "checkpoints", "wordcount", "--json").splitlines()]
+    history = json.loads(cli_ok(ws, "checkpoints", "wordcount", "--json"))
     assert [(h["checkpoint_id"], h["status"]) for h in history] == [(1, "COMPLETED"), (2, "SUPERSEDED"), (3, "COMPLETED")]

@@ -125,7 +125,7 @@ def test_wordcount_changes_parallelism_between_runs_with_exact_results(tmp_path,
     assert ws.committed() == ws.expected_at(7)
 
     # the catalog and the command line show the change
-    history = [json.loads(line) for line in cli_ok(ws, "checkpoints", WORDCOUNT, "--json").splitlines()]
+    history = json.loads(cli_ok(ws, "checkpoints", WORDCOUNT, "--json"))
     # 7 was pending when the recovery superseded it: no run took it
     assert [(h["checkpoint_id"], h["parallelism"]) for h in history] == [
         (1, 2), (2, 2), (3, 2), (4, 3), (5, 3), (6, 1), (7, None), (8, 4), (9, 4)]

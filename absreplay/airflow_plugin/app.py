@@ -7,24 +7,37 @@ the same as JSON. Every request runs as the Airflow user of its token or
 cookie; what they may see and do is asked of the auth manager
 (``access``). The recover buttons post to Airflow's own REST API from the
 browser, as that user.
+
+A bad URL is the user's mistake, never a 500: numbers in it are bounded as on
+the command line (``absreplay.options``), so none reaches the database out of
+its BIGINT range; a page past the last is a 404 that links to the last one.
+Errors of the pages are pages in the view's layout (``error.html``), errors of
+``/api/...`` FastAPI's JSON.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Path as InPath
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import HTMLResponse
+from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, job_access, readable
 from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.charts import job_charts
+from absreplay.options import BIGINT_MAX, out_of_range
 from absreplay.views import format_bytes
 from coordinator.catalog import audit
 from coordinator.checkpoints import weak as weak_consistency
@@ -45,6 +58,30 @@ templates.filters["percent"] = audit.percent
 templates.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
 Catalog = Annotated[Engine, Depends(catalog_engine)]
 
+#: every number a URL may carry, and its range: ids and offsets are the catalog's BIGINTs
+RANGES = {"checkpoint_id": (1, BIGINT_MAX), "page": (1, BIGINT_MAX), "offset": (0, BIGINT_MAX), "limit": (1, 500)}
+#: the heading of an error page, by status
+ERROR_TITLES = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 422: "Bad request"}
+
+
+def _number(name: str, where: Any = Query) -> Any:
+    low, high = RANGES[name]
+    return Annotated[int, where(ge=low, le=high)]
+
+
+CheckpointId = _number("checkpoint_id", InPath)
+PageNo = _number("page")
+Offset = _number("offset")
+Limit = _number("limit")
+
+
+class ViewError(HTTPException):
+    """An HTTP error of the view that says where to go instead: ``link`` is (label, path under the view)."""
+
+    def __init__(self, status_code: int, detail: str, link: tuple[str, str] | None = None) -> None:
+        super().__init__(status_code, detail)
+        self.link = link
+
 
 def actions(access: JobAccess, status: str, checkpoint_id: int, weak: bool = False) -> list[dict[str, Any]]:
     """The recover DAG runs a user may start from this checkpoint (a COMPLETED one, with trigger rights;
@@ -59,9 +96,13 @@ def actions(access: JobAccess, status: str, checkpoint_id: int, weak: bool = Fal
     ]
 
 
+def _job_link(job: str) -> tuple[str, str]:
+    return f"the checkpoints of {job}", f"/jobs/{quote(job, safe='')}"
+
+
 def _known_job(engine: Engine, job: str) -> None:
     if job not in audit.job_names(engine):
-        raise HTTPException(404, f"no job {job!r} in the catalog")
+        raise ViewError(404, f"no job {job!r} in the catalog", ("every job", "/"))
 
 
 def _page(engine: Engine, access: JobAccess, status: CheckpointStatus | None, offset: int,
@@ -74,11 +115,54 @@ def _page(engine: Engine, access: JobAccess, status: CheckpointStatus | None, of
          "actions": actions(access, r.status, r.checkpoint_id, weak)} for r in page.rows]}
 
 
-def _html(request: Request, name: str, **context: Any) -> HTMLResponse:
+def _html(request: Request, name: str, status_code: int = 200, headers: dict[str, str] | None = None,
+          **context: Any) -> HTMLResponse:
     from airflow.api_fastapi.app import API_ROOT_PATH
 
     return HTMLResponse(templates.get_template(name).render(
-        prefix=request.scope.get("root_path", URL_PREFIX), airflow_root=API_ROOT_PATH.rstrip("/"), **context))
+        prefix=request.scope.get("root_path", URL_PREFIX), airflow_root=API_ROOT_PATH.rstrip("/"), **context),
+        status_code=status_code, headers=headers)
+
+
+# -- errors --------------------------------------------------------------------------------------
+def _is_api(request: Request) -> bool:
+    root, path = request.scope.get("root_path", ""), request.scope["path"]
+    return (path[len(root):] if root and path.startswith(root) else path).startswith("/api/")
+
+
+def _problem(error: dict[str, Any]) -> str:
+    """One validation error of a URL as a sentence: which parameter, the value given, what it may be."""
+    name = str(error["loc"][-1]) if error.get("loc") else "the URL"
+    label, given = name.replace("_", " "), error.get("input")
+    if name in RANGES:
+        return f"{label} {out_of_range(given, *RANGES[name])}"
+    msg = str(error.get("msg") or "is not valid")
+    return f"{label} {str(given)!r}: {msg[:1].lower()}{msg[1:]}"
+
+
+def _error_page(request: Request, status_code: int, message: str, link: tuple[str, str] | None,
+                headers: dict[str, str] | None = None) -> HTMLResponse:
+    return _html(request, "error.html", status_code=status_code, headers=headers, message=message, link=link,
+                 title=ERROR_TITLES.get(status_code, HTTPStatus(status_code).phrase))
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    if _is_api(request):
+        return await http_exception_handler(request, exc)
+    message = str(exc.detail)
+    if message == HTTPStatus(exc.status_code).phrase:  # the router's own 404 / 405: say what was asked
+        message = f"the ABS Replay view has no page {request.scope['path']!r} (for a {request.method} request)"
+    return _error_page(request, exc.status_code, message, getattr(exc, "link", None), exc.headers)
+
+
+@app.exception_handler(RequestValidationError)
+async def _bad_url(request: Request, exc: RequestValidationError) -> Response:
+    if _is_api(request):
+        return await request_validation_exception_handler(request, exc)
+    job = request.path_params.get("job")
+    link = _job_link(job) if job else ("every job", "/")
+    return _error_page(request, 422, "; ".join(_problem(e) for e in exc.errors()), link)
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -89,8 +173,7 @@ def api_jobs(user: User, manager: AuthManager, engine: Catalog) -> list[dict[str
 
 @app.get("/api/jobs/{job}/checkpoints")
 def api_checkpoints(job: str, user: User, manager: AuthManager, engine: Catalog,
-                    status: CheckpointStatus | None = None, offset: Annotated[int, Query(ge=0)] = 0,
-                    limit: Annotated[int, Query(ge=1, le=500)] = PAGE_SIZE) -> Any:
+                    status: CheckpointStatus | None = None, offset: Offset = 0, limit: Limit = PAGE_SIZE) -> Any:
     access = readable(manager, user, job)
     _known_job(engine, job)
     return jsonable_encoder(_page(engine, access, status, offset, limit))
@@ -104,14 +187,15 @@ def api_timeline(job: str, user: User, manager: AuthManager, engine: Catalog) ->
 
 
 def _detail(engine: Engine, job: str, checkpoint_id: int) -> audit.CheckpointDetail:
+    _known_job(engine, job)
     try:
         return audit.checkpoint_detail(engine, job, checkpoint_id)
     except CheckpointNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from None
+        raise ViewError(404, str(exc), _job_link(job)) from None
 
 
 @app.get("/api/jobs/{job}/checkpoints/{checkpoint_id}")
-def api_checkpoint(job: str, checkpoint_id: int, user: User, manager: AuthManager, engine: Catalog) -> Any:
+def api_checkpoint(job: str, checkpoint_id: CheckpointId, user: User, manager: AuthManager, engine: Catalog) -> Any:
     access = readable(manager, user, job)
     detail = _detail(engine, job, checkpoint_id)
     weak = audit.is_weak(engine, job)
@@ -128,19 +212,32 @@ def index(request: Request, user: User, manager: AuthManager, engine: Catalog) -
 
 @app.get("/jobs/{job}", response_class=HTMLResponse)
 def job_page(request: Request, job: str, user: User, manager: AuthManager, engine: Catalog,
-             status: CheckpointStatus | None = None, page: Annotated[int, Query(ge=1)] = 1) -> HTMLResponse:
+             status: CheckpointStatus | None = None, page: PageNo = 1) -> HTMLResponse:
     access = readable(manager, user, job)
     _known_job(engine, job)
-    checkpoints = _page(engine, access, status, (page - 1) * PAGE_SIZE, PAGE_SIZE)
+    # a page past the last reads no row (and is refused below): the offset stays a BIGINT
+    checkpoints = _page(engine, access, status, min((page - 1) * PAGE_SIZE, BIGINT_MAX), PAGE_SIZE)
     pages = max(1, -(-checkpoints["total"] // PAGE_SIZE))
+    if page > pages:
+        _past_the_last(job, status, checkpoints["total"], page, pages)
     return _html(request, "job.html", job=job, access=access, page=checkpoints, page_no=page, pages=pages,
                  weak_label=weak_consistency.LABEL if checkpoints["weak"] else "",
                  status=status.value if status else "", statuses=[s.value for s in CheckpointStatus],
                  charts=job_charts(audit.timeline(engine, job)))
 
 
+def _past_the_last(job: str, status: CheckpointStatus | None, total: int, page: int, pages: int) -> None:
+    """404 for a page past the last (bookmarked before retention or a filter shrank the list), with a link to
+    the last page; never "page 99 of 1"."""
+    which = f"{status.value} " if status else ""
+    query = f"?status={status.value}&" if status else "?"
+    raise ViewError(404, f"there is no page {page} of the {which}checkpoints of {job}: {total} checkpoint(s) "
+                         f"fill {pages} page(s) of {PAGE_SIZE}",
+                    (f"the last page ({pages})", f"{_job_link(job)[1]}{query}page={pages}"))
+
+
 @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)
-def checkpoint_page(request: Request, job: str, checkpoint_id: int, user: User, manager: AuthManager,
+def checkpoint_page(request: Request, job: str, checkpoint_id: CheckpointId, user: User, manager: AuthManager,
                     engine: Catalog) -> HTMLResponse:
     access = readable(manager, user, job)
     detail = _detail(engine, job, checkpoint_id)
