@@ -6,7 +6,7 @@ the Variable ``abs_database_url`` (as ``AIRFLOW_VAR_ABS_DATABASE_URL``), and the
 connection ``spark_default`` pointing at a local master, so SparkSubmitOperator
 really runs spark-submit. Text lands in batches; after every batch
 ``abs_wordcount_barriers`` runs, after every second one ``abs_wordcount_epochs``
-(each through ``airflow dags test``); then the audit and the recount verdict.
+(each through ``airflow dags test``); then the audit and the verdict against the job's reference.
 
 ``airflow_env`` and ``isolate_airflow_home`` also serve tests that run DAGs
 in-process (``dag.test()``).
@@ -28,9 +28,8 @@ from pathlib import Path
 from rich.console import Console
 
 from absreplay.context import job_context
-from absreplay.demo import JOB, check_exact, finish_demo
+from absreplay.demo import JOB, check_exact, demo_data, finish_demo
 from absreplay.orchestration import DATABASE_URL_VARIABLE
-from absreplay_examples.sample_data import land_batch
 from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
@@ -132,23 +131,24 @@ def run_airflow_demo(console: Console, batches: int, lines_per_batch: int) -> bo
     upgrade(settings.database_url)
     migrate_airflow_db(env, logs / "airflow-db-migrate.log")
     ctx = job_context(JOB, settings)
+    data = demo_data(ctx.job)
     input_dir = source.input_dir(settings.data_dir, JOB)
     t0 = time.perf_counter()
     for batch in range(batches):
-        landed = land_batch(input_dir, batch, lines_per_batch // 2)
+        landed = data.land(input_dir, batch, lines_per_batch)
         log = logs / f"{batch:02d}-abs_{JOB}_barriers.log"
         before = ctx.store.job(JOB).last_checkpoint_id
         if not run_dag(env, f"abs_{JOB}_barriers", log):
             raise AbsError(f"abs_{JOB}_barriers failed; see {log}")
         after = ctx.store.job(JOB).last_checkpoint_id
         barrier = f"barrier {after} injected" if after > before else "barrier skipped by the checkpoint policy"
-        console.print(f"batch {batch}: {landed:,} lines landed; abs_{JOB}_barriers: {barrier}")
+        console.print(f"batch {batch}: {landed:,} records landed; abs_{JOB}_barriers: {barrier}")
         if batch % 2 == 1 or batch == batches - 1:
             log = logs / f"{batch:02d}-abs_{JOB}_epochs.log"
             console.print(f"abs_{JOB}_epochs: SparkSubmitOperator runs spark_jobs/process.py, then finalize...")
             if not run_dag(env, f"abs_{JOB}_epochs", log):
                 raise AbsError(f"abs_{JOB}_epochs failed; see {log}")
-            exact, records, words = check_exact(ctx.store, settings)
-            console.print(f"  sink {'equals' if exact else 'DIFFERS FROM'} the recount "
-                          f"({records:,} records, {words:,} words)")
-    return finish_demo(console, ctx, settings, t0, f"; Airflow's task logs are in {logs}")
+            exact, records, keys = check_exact(ctx)
+            console.print(f"  sink {'equals' if exact else 'DIFFERS FROM'} the reference "
+                          f"({records:,} records, {keys:,} keys)")
+    return finish_demo(console, ctx, t0, f"; Airflow's task logs are in {logs}")

@@ -1,42 +1,75 @@
-"""The demo: text lands in batches, barriers are injected, epochs are processed and
-checkpoints finalized, then the audit is printed and the committed counts are
-checked against an independent recount.
+"""The demo: sample data lands in batches, barriers are injected, epochs are processed and
+checkpoints finalized, then the audit is printed and the job's sink is checked against an
+independent reference of exactly the records before the latest completed barrier.
+
+The job is found by discovery like any job, and brings its sample data and reference itself
+(``abs.Job(..., demo=...)``, ``absreplay.demo_data``).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
-from sqlalchemy import text
 
 from absreplay import views
-from absreplay.context import job_context
-from absreplay_examples.recount import recount
-from absreplay_examples.sample_data import land_batch
+from absreplay.context import JobContext, job_context
+from absreplay.demo_data import DemoData
 from absreplay.submit import run_processing
 from coordinator.sources import source
 from coordinator.catalog.db import upgrade
-from coordinator.errors import AbsError
+from coordinator.dataflow.jobs import JobDefinition, SinkSpec
+from coordinator.errors import AbsError, UsageError
 from coordinator.settings import Settings
-from coordinator.checkpoints.store import CheckpointStore
 
+#: the job the demo runs
 JOB = "wordcount"
 
 
-def committed_counts(store: CheckpointStore) -> dict[str, int]:
-    with store.engine.connect() as c:
-        return dict(c.execute(text("SELECT word, count FROM wordcount_counts")).all())
+def demo_data(job: JobDefinition) -> DemoData:
+    """The sample data and reference ``job`` declares; UsageError (exit 2) when it declares none."""
+    data = getattr(job.spec, "demo", None)
+    if not isinstance(data, DemoData):
+        raise UsageError(f"job {job.name!r} ({job.origin}) brings no demo data: declare it with "
+                         f"abs.Job(..., demo=...), an object with land() and reference() (absreplay.demo_data)")
+    return data
 
 
-def check_exact(store: CheckpointStore, settings: Settings) -> tuple[bool, int, int]:
-    """Does the sink equal a recount of exactly the records before the latest completed barrier?"""
-    latest = store.latest_completed(JOB)
-    cut = store.cut(JOB, latest.checkpoint_id) if latest else {}
-    expected = recount(source.input_dir(settings.data_dir, JOB), cut)
-    got = committed_counts(store)
-    return got == dict(expected), sum(cut.values()), len(expected)
+def checked_sink(job: JobDefinition) -> SinkSpec:
+    """The sink the reference describes: the job's first keyed one."""
+    keyed = [s for s in job.sinks if s.key is not None]
+    if not keyed:
+        raise UsageError(f"job {job.name!r} has no keyed sink for the demo to check against its reference")
+    return keyed[0]
+
+
+def committed_rows(ctx: JobContext) -> dict[Any, Any]:
+    """The checked sink's rows as readers see them now: key -> value (a tuple for several values)."""
+    sink = checked_sink(ctx.job)
+    rows = sink.target(ctx.settings.database_url).read().to_pylist()
+    values = [c for c in sink.column_names if c != sink.key]
+    if len(values) == 1:
+        return {r[sink.key]: r[values[0]] for r in rows}
+    return {r[sink.key]: tuple(r[c] for c in values) for r in rows}
+
+
+def top_rows(rows: Mapping[Any, Any], n: int = 5) -> list[tuple[Any, Any]]:
+    """The ``n`` rows of largest value (a sink of counts: its most frequent keys); else the first by key."""
+    if all(isinstance(v, int | float) for v in rows.values()):
+        return sorted(rows.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return sorted(rows.items())[:n]
+
+
+def check_exact(ctx: JobContext) -> tuple[bool, int, int]:
+    """Does the sink equal the reference of exactly the records before the latest completed barrier?
+    Returns (equal, records before it, keys of the reference)."""
+    latest = ctx.store.latest_completed(ctx.job.name)
+    cut = ctx.store.cut(ctx.job.name, latest.checkpoint_id) if latest else {}
+    expected = demo_data(ctx.job).reference(source.input_dir(ctx.settings.data_dir, ctx.job.name), cut)
+    return committed_rows(ctx) == dict(expected), sum(cut.values()), len(expected)
 
 
 def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
@@ -47,32 +80,35 @@ def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
     out.print(f"[bold]ABS Replay demo[/] in {home} (SQLite catalog, local Spark, local state)")
     upgrade(settings.database_url)
     ctx = job_context(JOB, settings)
+    data = demo_data(ctx.job)
     input_dir = source.input_dir(settings.data_dir, JOB)
     t0 = time.perf_counter()
     for batch in range(batches):
-        landed = land_batch(input_dir, batch, lines_per_batch // 2)
+        landed = data.land(input_dir, batch, lines_per_batch)
         outcome = ctx.coordinator.inject()
-        out.print(f"batch {batch}: {landed:,} lines landed; barrier {outcome.checkpoint_id} injected")
+        out.print(f"batch {batch}: {landed:,} records landed; barrier {outcome.checkpoint_id} injected")
         if batch % 2 == 1 or batch == batches - 1:
             out.print("processing pending epochs (spark-submit)...")
             code = run_processing(settings, [JOB, "--snapshot-mode", "async"])
             if code:
                 raise AbsError(f"processing failed with exit code {code}")
             out.print(views.finalize_line(JOB, ctx.coordinator.finalize()))
-            exact, records, words = check_exact(ctx.store, settings)
-            out.print(f"  sink {'equals' if exact else 'DIFFERS FROM'} the recount ({records:,} records, {words:,} words)")
-    return finish_demo(out, ctx, settings, t0)
+            exact, records, keys = check_exact(ctx)
+            out.print(f"  sink {'equals' if exact else 'DIFFERS FROM'} the reference ({records:,} records, "
+                      f"{keys:,} keys)")
+    return finish_demo(out, ctx, t0)
 
 
-def finish_demo(out: Console, ctx, settings: Settings, t0: float, where: str = "") -> bool:
-    """The audit table, the top words and the verdict line every demo ends with."""
-    out.print(views.history_table(JOB, ctx.store.history(JOB)))
-    exact, records, words = check_exact(ctx.store, settings)
-    top = sorted(committed_counts(ctx.store).items(), key=lambda kv: (-kv[1], kv[0]))[:5]
-    out.print("top words: " + ", ".join(f"{w}={c}" for w, c in top))
+def finish_demo(out: Console, ctx: JobContext, t0: float, where: str = "") -> bool:
+    """The audit table, the sink's top rows and the verdict line every demo ends with."""
+    job = ctx.job.name
+    out.print(views.history_table(job, ctx.store.history(job)))
+    exact, records, keys = check_exact(ctx)
+    top = top_rows(committed_rows(ctx))
+    out.print(f"top of {checked_sink(ctx.job).name!r}: " + ", ".join(f"{k}={v}" for k, v in top))
     out.print(f"demo took {time.perf_counter() - t0:.1f}s{where}; audit it with: "
-              f"sqlite3 {settings.database_url[10:]} 'SELECT * FROM snapshot_history'")
+              f"sqlite3 {ctx.settings.database_url[10:]} 'SELECT * FROM snapshot_history'")
     verdict = "EXACT" if exact else "NOT EXACT"
-    out.print(f"[bold]{verdict}[/]: committed counts {'equal' if exact else 'differ from'} an independent recount "
-              f"of {records:,} records ({words:,} distinct words)")
+    out.print(f"[bold]{verdict}[/]: the committed sink {'equals' if exact else 'differs from'} an independent "
+              f"reference of {records:,} records ({keys:,} distinct keys)")
     return exact

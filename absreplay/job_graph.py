@@ -1,19 +1,15 @@
-"""A declared job (``absreplay.api``) as the checkpoint lifecycle's ``JobDefinition``: its graph, the
-keyed state of every stateful operator, its sinks and sources. Checks the declaration on the way:
+"""A declared job (``absreplay.declaration``) as the checkpoint lifecycle's ``JobDefinition``: its graph,
+the keyed state of every stateful operator, its sinks and sources. Checks the declaration on the way:
 a ValueError names the operator and what is wrong with it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from absreplay.declaration import JobDeclaration, Node, late_sink_name
 from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.sinks.dead_letters import DeadLetters
 from coordinator.types import Schema
-
-if TYPE_CHECKING:
-    from absreplay.api import Job, Node
 
 STATELESS = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
 KEYED = {"aggregate": OperatorKind.KEYED_REDUCE, "process": OperatorKind.STATEFUL_MAP,
@@ -65,7 +61,7 @@ def output_schema(node: Node) -> Schema | None:
     return tuple((c, t) for c, t in columns if c in kept)
 
 
-def _sink(job: Job, node: Node) -> SinkSpec:
+def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
     src = job.node(node.inputs[0])
     known = dict(output_schema(src) or ())
     wanted = node.columns
@@ -90,17 +86,12 @@ def _sink(job: Job, node: Node) -> SinkSpec:
                     from_state=upsert)
 
 
-def late_sink_name(window: str) -> str:
-    """The sink of a window's late records (the dead letters, two-phase like any sink)."""
-    return f"{window}_late"
-
-
 def late_sink(node: Node) -> SinkSpec:
     columns = (("partition", "string"), ("offset", "long"), ("reason", "string"), ("payload", "string"))
     return SinkSpec(late_sink_name(node.name), DeadLetters(node.name), columns, None, node.name, from_state=False)
 
 
-def build_definition(job: Job, origin: str = "") -> JobDefinition:
+def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     p = job.parallelism
     sources = [n for n in job.nodes if n.kind == "source"]
     if not sources:

@@ -20,23 +20,10 @@ import json
 from typing import TYPE_CHECKING
 
 from coordinator.catalog.models import Job
-from coordinator.dataflow.jobs import JobDefinition
-from coordinator.errors import UsageError
+from coordinator.dataflow.jobs import JobDefinition, check_parallelism
 
 if TYPE_CHECKING:
     from coordinator.checkpoints.store import CheckpointStore
-
-
-def check(job: Job, parallelism: int) -> None:
-    """UsageError (exit 2) unless 1 <= parallelism <= the job's max_parallelism."""
-    if parallelism < 1:
-        raise UsageError(f"job {job.name!r}: parallelism must be >= 1, not {parallelism}")
-    if parallelism > job.max_parallelism:
-        raise UsageError(
-            f"job {job.name!r}: parallelism {parallelism} is above its max_parallelism {job.max_parallelism} "
-            f"(the number of key groups its state is split into, fixed for the job's life); use at most "
-            f"{job.max_parallelism}"
-        )
 
 
 def run_definition(store: CheckpointStore, definition: JobDefinition, requested: int | None) -> JobDefinition:
@@ -46,7 +33,7 @@ def run_definition(store: CheckpointStore, definition: JobDefinition, requested:
     job = store.job(definition.name)
     assert job is not None, f"job {definition.name!r} is not registered"
     parallelism = definition.parallelism if requested is None else requested
-    check(job, parallelism)
+    check_parallelism(job.name, parallelism, job.max_parallelism)
     return definition if parallelism == definition.parallelism else definition.with_parallelism(parallelism)
 
 

@@ -29,7 +29,7 @@ from coordinator.catalog.models import (
     TaskAck,
     utcnow,
 )
-from coordinator.checkpoints import back_edge_logs, rescale
+from coordinator.checkpoints import back_edge_logs
 from coordinator.checkpoints.lifecycle import (
     AckResult,
     CheckpointEvent,
@@ -41,7 +41,7 @@ from coordinator.checkpoints.lifecycle import (
 )
 from coordinator.checkpoints.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
 from coordinator.checkpoints.state_handle import StateHandle, handle_columns
-from coordinator.dataflow.jobs import JobDefinition
+from coordinator.dataflow.jobs import JobDefinition, check_parallelism
 from coordinator.errors import CheckpointNotFoundError, FencedError
 
 
@@ -432,7 +432,7 @@ class CheckpointStore:
         are UNKNOWN), the run's PENDING checkpoints take its task count, and every one of them
         records the parallelism it is taken at."""
         job = s.get(Job, definition.name)
-        rescale.check(job, definition.parallelism)
+        check_parallelism(job.name, definition.parallelism, job.max_parallelism)
         graph = definition.execution_graph
         encoded = json.dumps(graph.to_json(), sort_keys=True)
         if job.execution_graph != encoded:

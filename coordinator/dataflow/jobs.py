@@ -21,6 +21,7 @@ from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.sources.record_formats import RecordFormat, TextLines
 from coordinator.sinks.base import SinkTarget
 from coordinator.sinks.declarations import SinkDeclaration
+from coordinator.errors import UsageError
 from coordinator.types import Schema, arrow_schema
 
 
@@ -84,6 +85,19 @@ def check_dead_letter_share(job: str, share: float | None) -> None:
     that would pass or fail every epoch alike."""
     if share is not None and not 0 <= share <= 1:
         raise ValueError(f"job {job!r}: max_dead_letter_share must be between 0 and 1, got {share!r}")
+
+
+def check_parallelism(job: str, parallelism: int, max_parallelism: int) -> None:
+    """UsageError (exit 2) unless 1 <= parallelism <= the job's max_parallelism (the number of key
+    groups its state is split into: ``coordinator.checkpoints.rescale``)."""
+    if parallelism < 1:
+        raise UsageError(f"job {job!r}: parallelism must be >= 1, not {parallelism}")
+    if parallelism > max_parallelism:
+        raise UsageError(
+            f"job {job!r}: parallelism {parallelism} is above its max_parallelism {max_parallelism} "
+            f"(the number of key groups its state is split into, fixed for the job's life); use at most "
+            f"{max_parallelism}"
+        )
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import zlib
 from typing import Any, Protocol
 
+import coordinator.simulator.operators as operators
 from coordinator.dataflow.graph import OperatorKind
-from coordinator.simulator import operators
 from coordinator.simulator.channels import Record
 from coordinator.simulator.operators import Emission
 

@@ -1,0 +1,168 @@
+"""What a job file declares, as data: the job's settings and its graph of nodes (operators with their
+aggregates, loops and windows). ``absreplay.api`` builds it; ``absreplay.job_graph`` reads it into
+the checkpoint lifecycle's ``JobDefinition``; ``spark_jobs.dataflow`` runs it. No Spark here.
+
+Names are checked as they are declared: they become paths and catalog keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from absreplay.demo_data import DemoData
+from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
+from coordinator.dataflow.jobs import check_dead_letter_share, check_name
+from coordinator.sinks.declarations import SinkDeclaration
+from coordinator.sources.record_formats import RecordFormat
+from coordinator.types import Schema, ddl
+
+Transform = Callable[[Any], Any]  # DataFrame -> DataFrame
+Types = dict[str, "type | str"]
+
+
+def schema(fields: Types) -> Schema:
+    """Declared columns and their types (Python types or Spark DDL names) as (column, DDL) pairs."""
+    return tuple((c, ddl(t)) for c, t in fields.items())
+
+
+# -- the parts of a node ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Aggregate:
+    """A per-key aggregate: each record contributes a value (a Column over the record) that
+    ``merge`` (a Spark aggregate function, associative and commutative: sum, min, max, ...) folds
+    with the stored value, so the previous state and the epoch's records are aggregated in one
+    shuffle. ``column``: the input column, when the contribution reads one."""
+
+    kind: str
+    type: str
+    column: str | None = None
+    value: Callable[[], Any] | None = None
+    merge: Callable[[Any], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Loop:
+    """An iterate loop (DESIGN.md section 3, "Cycles") whose head keeps keyed state.
+
+    Each round: ``head(state, records, messages, checkpoint_id)`` returns the new state with a
+    boolean ``active`` column (``records``: the epoch's input on the first round, None later;
+    ``messages``: what came back on the back-edge, None when nothing did); ``body(head_output)``
+    turns it into messages (``back_edge`` schema, keyed by ``back_edge_key``) that the tail
+    returns to the head. At most ``rounds`` rounds run per epoch; what still circulates then is the
+    back-edge log, part of the checkpoint, and the first input of the next epoch."""
+
+    head: Callable[..., Any]
+    body: Callable[[Any], Any]
+    back_edge: Types
+    back_edge_key: str
+    rounds: int = 4
+    body_name: str = "propagate"
+    tail_name: str = "feedback"
+
+
+@dataclass(frozen=True)
+class Tumbling:
+    """Event-time windows of ``minutes`` (or ``ms``), one after the other."""
+
+    minutes: float = 0
+    ms: int = 0
+
+    @property
+    def size_ms(self) -> int:
+        return self.ms or int(self.minutes * 60_000)
+
+    @property
+    def slide_ms(self) -> int:
+        return self.size_ms
+
+
+@dataclass(frozen=True)
+class Sliding:
+    """Event-time windows of ``size_ms`` starting every ``slide_ms`` (a record is in several)."""
+
+    size_ms: int
+    slide_ms: int
+
+
+# -- the graph --------------------------------------------------------------------------------------
+@dataclass
+class Node:
+    """One operator of the declared graph."""
+
+    name: str
+    kind: str  # source | map | filter | flat_map | aggregate | process | iterate | window | join | sink
+    inputs: tuple[str, ...] = ()
+    fn: Transform | None = None
+    key: Schema = ()
+    aggregates: dict[str, Aggregate] = field(default_factory=dict)
+    state: Schema = ()
+    loop: Loop | None = None
+    format: RecordFormat | None = None
+    window: Tumbling | Sliding | None = None
+    time: str = ""
+    delay_ms: int = 0
+    lateness_ms: int = 0
+    target: SinkDeclaration | None = None
+    columns: Schema | None = None
+    #: a join: the other input's key columns, in the order of this one's
+    other_key: Schema = ()
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(c for c, _ in self.key)
+
+
+def late_sink_name(window: str) -> str:
+    """The sink of a window's late records (the dead letters, two-phase like any sink)."""
+    return f"{window}_late"
+
+
+def declared_names(node: Node) -> list[tuple[str, str]]:
+    """Each name the node brings into the graph, with what it is declared as: a window's late-record
+    sink and a loop's body and tail are operators of their own, kept in the catalog like any."""
+    names = [(node.name, node.kind if node.kind in ("source", "sink") else "operator")]
+    if node.kind == "window":
+        names.append((late_sink_name(node.name), f"window {node.name!r}: late-record sink"))
+    if node.loop is not None:
+        names += [(node.loop.body_name, "loop body"), (node.loop.tail_name, "loop tail")]
+    return names
+
+
+@dataclass
+class JobDeclaration:
+    """A job's settings and its nodes in declared order (``absreplay.api.Job`` adds the builder)."""
+
+    name: str
+    description: str = ""
+    parallelism: int = 2
+    barrier_interval_minutes: int = 5
+    policy: CheckpointPolicy = field(default_factory=CheckpointPolicy)
+    id_store: IdStorePolicy = field(default_factory=IdStorePolicy)
+    #: "exactly_once" (aligned ABS, the default) or "weak": each stateful operator snapshots and
+    #: restores on its own and sources never rewind, so a failure loses records (seed 003's weak
+    #: consistency; ``coordinator.checkpoints.weak``). Opt-in, and labelled wherever the job shows.
+    consistency: str = "exactly_once"
+    #: the largest share of an inject's new records that may be dead letters (0 to 1; None: no limit):
+    #: above it the inject fails (exit 1, the barrier still registered), so a batch of refused records
+    #: is not a quiet success
+    max_dead_letter_share: float | None = None
+    #: sample input and an independent reference of the sink, for ``absreplay demo`` (``absreplay.demo_data``)
+    demo: DemoData | None = None
+    nodes: list[Node] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "job")  # at declaration: the name becomes paths and catalog keys
+        check_dead_letter_share(self.name, self.max_dead_letter_share)  # at declaration, not at first inject
+
+    def node(self, name: str) -> Node:
+        return next(n for n in self.nodes if n.name == name)
+
+    def add_node(self, node: Node) -> None:
+        """Append ``node``; ValueError when one of its names breaks the rule or is taken."""
+        for name, what in declared_names(node):
+            check_name(name, f"job {self.name!r}: {what}")
+        if any(n.name == node.name for n in self.nodes):
+            raise ValueError(f"job {self.name!r}: two operators are named {node.name!r}")
+        self.nodes.append(node)
