@@ -4,7 +4,12 @@ watermark garbage collection. The store tests run on SQLite and on PostgreSQL (`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +21,8 @@ from absreplay_examples.sample_data import land_jsonl_segment, land_segment
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import IdFilter, RecordId
 from coordinator.errors import AbsError
-from coordinator.sources.id_store import Arrival, BloomFilter, IdStore, IdStorePolicy, Verdict
+from coordinator.sources.id_filter import WindowFilter, is_legacy
+from coordinator.sources.id_store import Arrival, IdStore, IdStorePolicy, Verdict
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.store import CheckpointStore
 from tests.helpers import make_workspace
@@ -32,22 +38,43 @@ JOB = "wordcount"
     rate=st.floats(0.0001, 0.5),
 )
 def test_bloom_filter_has_no_false_negatives(items: list[str], expected: int, rate: float) -> None:
-    bloom = BloomFilter.sized(expected, rate)
+    bloom = WindowFilter.sized(expected, rate)
     for item in items:
         bloom.add(item)
-    restored = BloomFilter.from_bytes(bloom.to_bytes())
+    restored = WindowFilter.from_bytes(bloom.to_bytes())
     assert all(item in bloom for item in items)
     assert all(item in restored for item in items)
+    assert restored.capacity == bloom.capacity == max(1, expected)
 
 
 def test_bloom_filter_is_sized_for_its_design_rate() -> None:
-    bloom = BloomFilter.sized(10_000, 0.01)
-    # m = -n ln p / ln(2)^2 = 95,851 bits, k = m/n ln 2 = 7
-    assert (bloom.m, bloom.k) == (95_856, 7) and 9_400 < bloom.capacity < 10_000
+    bloom = WindowFilter.sized(10_000, 0.01)
+    # m = -n ln p / ln(2)^2 = 95,851 bits, in whole bytes
+    assert bloom.bloom.size_in_bits == 95_856 and bloom.capacity == 10_000
     for i in range(10_000):
         bloom.add(f"in-{i}")
     false_positives = sum(f"out-{i}" in bloom for i in range(50_000))
     assert false_positives / 50_000 < 0.015
+
+
+SAVED_IN_ANOTHER_PROCESS = """
+import sys
+from coordinator.sources.id_filter import WindowFilter
+bloom = WindowFilter.sized(1000, 0.01)
+for i in range(100):
+    bloom.add(f"id-{i}")
+sys.stdout.write(bloom.to_bytes().hex())
+"""
+
+
+def test_a_filter_saved_by_another_process_answers_the_same() -> None:
+    """The hash is stable across processes (Python's ``hash`` of a str is salted per process)."""
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    saved = subprocess.run([sys.executable, "-c", SAVED_IN_ANOTHER_PROCESS], env=env, check=True,
+                           capture_output=True, text=True).stdout
+    restored = WindowFilter.from_bytes(bytes.fromhex(saved))
+    assert all(f"id-{i}" in restored for i in range(100))
+    assert sum(f"other-{i}" in restored for i in range(1000)) < 50
 
 
 # -- the store ------------------------------------------------------------------
@@ -123,6 +150,47 @@ def test_false_positives_are_resolved_by_the_exact_lookup(store) -> None:
     assert rejected == [] and c.filters_rebuilt == 1 and c.false_positives < 100
     with store.sessions() as s:
         assert s.scalar(select(IdFilter.items).where(IdFilter.window_start == 0)) == 600
+
+
+def legacy_filter(ids: list[str], expected_items: int, false_positive_rate: float) -> bytes:
+    """A filter as the hand-written Bloom filter kept it, before rbloom: one byte k, then m bits set by
+    BLAKE2b-128 double hashing (position i of an item: (h1 + i * h2) mod m)."""
+    n = max(1, expected_items)
+    m = max(8, math.ceil(-n * math.log(false_positive_rate) / math.log(2) ** 2))
+    k = min(255, max(1, round(m / n * math.log(2))))
+    bits = bytearray((m + 7) // 8)
+    m = len(bits) * 8
+    for rid in ids:
+        digest = hashlib.blake2b(rid.encode("utf-8"), digest_size=16).digest()
+        h1, h2 = int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little") | 1
+        for i in range(k):
+            p = (h1 + i * h2) % m
+            bits[p >> 3] |= 1 << (p & 7)
+    return bytes([k]) + bytes(bits)
+
+
+def test_a_filter_kept_in_the_hand_written_format_is_rebuilt_and_still_finds_its_ids(store) -> None:
+    policy = IdStorePolicy(expected_ids_per_window=1000)
+    ids = [f"old-{i}" for i in range(50)]
+    admit(store, arrivals(1, "p0", 0, *[(rid, i) for i, rid in enumerate(ids)]), policy)
+    with store.sessions.begin() as s:  # the window's filter as an earlier version wrote it
+        s.execute(IdFilter.__table__.update().where(IdFilter.window_start == 0)
+                  .values(bits=legacy_filter(ids, 1000, policy.false_positive_rate)))
+    assert is_legacy(legacy_filter(ids, 1000, policy.false_positive_rate))
+
+    copies = [(ids[i], i) for i in range(0, 50, 5)]
+    rejected, c, _ = admit(store, arrivals(2, "p1", 0, *copies, *[(f"new-{i}", 100 + i) for i in range(10)]), policy)
+    assert [r.reason for r in rejected] == [f"duplicate id old-{i}: first seen at p0@{i}" for i in range(0, 50, 5)]
+    assert c.filters_migrated == 1 and c.filters_rebuilt == 0 and c.admitted == 10
+    # found by the rebuilt filter and the exact lookup, not by the primary key refusing the insert
+    assert c.bloom_positives >= 10 and c.reused_ids == 0
+    with store.sessions() as s:
+        bits, items = s.execute(select(IdFilter.bits, IdFilter.items).where(IdFilter.window_start == 0)).one()
+    assert not is_legacy(bits) and items == 60
+    assert all(rid in WindowFilter.from_bytes(bits) for rid in [*ids, *(f"new-{i}" for i in range(10))])
+
+    rejected, c, _ = admit(store, arrivals(3, "p0", 50, ("new-3", 103)), policy)
+    assert [r.reason for r in rejected] == ["duplicate id new-3: first seen at p1@13"] and c.filters_migrated == 0
 
 
 def test_gc_by_watermark_and_late_records(store) -> None:

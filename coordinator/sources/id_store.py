@@ -7,11 +7,11 @@ it remembers commit or roll back together with the cut that holds them; a
 duplicate becomes a dead letter, which the epoch runner skips like any other.
 
 Ids are kept per event-time window of ``window_seconds``. In front of each
-window's exact ids (``record_ids``) sits a Bloom filter (``id_filters``): most
-records are new, and a negative answer proves that without touching SQL; only
-positives are looked up exactly, in batches. The primary key of ``record_ids``
-(job, record_id) is the truth: an id that a producer reuses in another window
-is still caught, by the insert that conflicts.
+window's exact ids (``record_ids``) sits a Bloom filter (``id_filters``, kept
+as ``id_filter`` says): most records are new, and a negative answer proves that
+without touching SQL; only positives are looked up exactly, in batches. The
+primary key of ``record_ids`` (job, record_id) is the truth: an id that a
+producer reuses in another window is still caught, by the insert that conflicts.
 
 The watermark (the largest event time seen minus ``allowed_lateness_seconds``)
 bounds how long ids are kept: ``gc`` drops the windows that ended at or below
@@ -24,8 +24,6 @@ Batches of one job must not run concurrently (inject holds the job's row lock).
 from __future__ import annotations
 
 import bisect
-import hashlib
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -36,6 +34,7 @@ from sqlalchemy.orm import Session
 from coordinator.catalog.models import DeadLetter, IdFilter, IdWatermark, RecordId
 from coordinator.checkpoints.policy import IdStorePolicy
 from coordinator.sources import source
+from coordinator.sources.id_filter import WindowFilter, is_legacy
 
 # stays below SQLite's and PostgreSQL's bind-parameter limits (32,766 and 65,535)
 QUERY_CHUNK = 1000
@@ -46,69 +45,6 @@ REBUILD_FACTOR = 2
 RECORD_IDS = RecordId.__table__
 ID_FILTERS = IdFilter.__table__
 ID_WATERMARKS = IdWatermark.__table__
-
-
-class BloomFilter:
-    """A Bloom filter: ``m`` bits and ``k`` positions per item, from one 128-bit BLAKE2b digest.
-
-    The two 64-bit halves of the digest are combined by double hashing
-    (Kirsch and Mitzenmacher): position i is (h1 + i * h2) mod m, as good as k
-    independent hashes at the cost of one. Serialized as one byte k, then the bits.
-    """
-
-    __slots__ = ("bits", "k", "m")
-
-    def __init__(self, bits: bytearray, k: int) -> None:
-        if not bits or not 1 <= k <= 255:
-            raise ValueError(f"a Bloom filter needs at least one byte of bits and 1 <= k <= 255, got {len(bits)}, {k}")
-        self.bits = bits
-        self.k = k
-        self.m = len(bits) * 8
-
-    @classmethod
-    def sized(cls, expected_items: int, false_positive_rate: float) -> BloomFilter:
-        """The smallest filter whose false-positive rate stays at ``false_positive_rate`` for that many items."""
-        n = max(1, expected_items)
-        m = max(8, math.ceil(-n * math.log(false_positive_rate) / math.log(2) ** 2))
-        k = min(255, max(1, round(m / n * math.log(2))))
-        return cls(bytearray((m + 7) // 8), k)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> BloomFilter:
-        return cls(bytearray(data[1:]), data[0])
-
-    def to_bytes(self) -> bytes:
-        return bytes([self.k]) + bytes(self.bits)
-
-    @property
-    def capacity(self) -> int:
-        """How many items this filter holds at its design rate (k is optimal for m / n)."""
-        return max(1, int(self.m * math.log(2) / self.k))
-
-    def positions(self, item: str) -> list[int]:
-        digest = hashlib.blake2b(item.encode("utf-8"), digest_size=16).digest()
-        h1 = int.from_bytes(digest[:8], "little")
-        h2 = int.from_bytes(digest[8:], "little") | 1  # odd: never a zero step
-        m = self.m
-        return [(h1 + i * h2) % m for i in range(self.k)]
-
-    def contains_at(self, positions: Iterable[int]) -> bool:
-        bits = self.bits
-        for p in positions:
-            if not bits[p >> 3] >> (p & 7) & 1:
-                return False
-        return True
-
-    def set_at(self, positions: Iterable[int]) -> None:
-        bits = self.bits
-        for p in positions:
-            bits[p >> 3] |= 1 << (p & 7)
-
-    def add(self, item: str) -> None:
-        self.set_at(self.positions(item))
-
-    def __contains__(self, item: str) -> bool:
-        return self.contains_at(self.positions(item))
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +91,8 @@ class IdStoreCounters:
     late: int = 0
     filters_created: int = 0
     filters_rebuilt: int = 0
+    #: filters of the hand-written format, rebuilt from their window's exact ids in the current one
+    filters_migrated: int = 0
     gc_ids: int = 0
     gc_filters: int = 0
 
@@ -173,7 +111,7 @@ class IdStoreCounters:
 
 @dataclass
 class _Window:
-    bloom: BloomFilter
+    bloom: WindowFilter
     items: int
     stored: bool
     dirty: bool = False
@@ -219,8 +157,8 @@ class IdStore:
             )
 
     # -- filters ------------------------------------------------------------------
-    def _new_filter(self) -> BloomFilter:
-        return BloomFilter.sized(self.policy.expected_ids_per_window, self.policy.false_positive_rate)
+    def _new_filter(self) -> WindowFilter:
+        return WindowFilter.sized(self.policy.expected_ids_per_window, self.policy.false_positive_rate)
 
     def _load_windows(self, starts: set[int]) -> dict[int, _Window]:
         """Each window's filter, once per batch; a window without one gets a fresh filter."""
@@ -232,10 +170,15 @@ class IdStore:
                 .where(ID_FILTERS.c.job == self.job, ID_FILTERS.c.window_start.in_(chunk))
             ).all()
             for start, bits, items in rows:
-                bloom = BloomFilter.from_bytes(bits)
+                if is_legacy(bits):
+                    windows[start] = self._rebuild(start, items)
+                    self.counters.filters_migrated += 1
+                    continue
+                bloom = WindowFilter.from_bytes(bits)
                 window = _Window(bloom, items, stored=True)
                 if items > REBUILD_FACTOR * bloom.capacity:
                     window = self._rebuild(start, items)
+                    self.counters.filters_rebuilt += 1
                 windows[start] = window
         for start in ordered:
             if start not in windows:
@@ -244,8 +187,9 @@ class IdStore:
         return windows
 
     def _rebuild(self, start: int, items: int) -> _Window:
-        """An overfull filter answers "maybe" to almost everything: rebuild it for twice its ids."""
-        bloom = BloomFilter.sized(max(2 * items, self.policy.expected_ids_per_window), self.policy.false_positive_rate)
+        """The window's filter from its exact ids, sized for twice them (an overfull filter answers
+        "maybe" to almost everything; a filter of the hand-written format cannot be read)."""
+        bloom = WindowFilter.sized(max(2 * items, self.policy.expected_ids_per_window), self.policy.false_positive_rate)
         ids = self.s.scalars(
             select(RECORD_IDS.c.record_id).where(RECORD_IDS.c.job == self.job, RECORD_IDS.c.window_start == start)
         )
@@ -253,7 +197,6 @@ class IdStore:
         for rid in ids:
             bloom.add(rid)
             count += 1
-        self.counters.filters_rebuilt += 1
         return _Window(bloom, count, stored=True, dirty=True)
 
     def _save_windows(self, windows: dict[int, _Window]) -> None:
@@ -342,13 +285,10 @@ class IdStore:
         c.late += len(rejected)
 
         windows = self._load_windows({starts[i] for i in first.values()})
-        positions: dict[int, list[int]] = {}
         positives: list[int] = []
         negatives: list[int] = []
         for rid, i in first.items():
-            bloom = windows[starts[i]].bloom
-            positions[i] = pos = bloom.positions(rid)
-            (positives if bloom.contains_at(pos) else negatives).append(i)
+            (positives if rid in windows[starts[i]].bloom else negatives).append(i)
         c.bloom_positives += len(positives)
         c.bloom_negatives += len(negatives)
 
@@ -365,7 +305,7 @@ class IdStore:
         for rid, i in first.items():
             if rid in inserted:
                 w = windows[starts[i]]
-                w.bloom.set_at(positions[i])
+                w.bloom.add(rid)
                 w.items += 1
                 w.dirty = True
                 c.admitted += 1
