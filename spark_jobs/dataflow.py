@@ -34,8 +34,8 @@ from spark_jobs import keyed_operators as ko
 from spark_jobs.epoch_source import keeps_input_file
 from spark_jobs.record_parsing import record_schema
 from spark_jobs.spark_types import spark_schema
-from spark_jobs import store_backend
-from spark_jobs.store_backend import StoreState
+from spark_jobs.state import provider as store_backend
+from spark_jobs.state.provider import StoreState
 
 
 @dataclass
@@ -110,7 +110,7 @@ class Dataflow:
                watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None
                ) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
-        of them in one Spark job (``store_backend.aggregate``: its cost is one job's, not one per epoch),
+        of them in one Spark job (``state.provider.aggregate``: its cost is one job's, not one per epoch),
         then each epoch's outputs are what ``epoch`` gives. ``together``: the same records read in one
         scan, the column giving each its epoch and the files scanned (``epoch_source.epoch_of_file``), used
         where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``)."""

@@ -37,7 +37,7 @@ from spark_jobs.progress import Steps
 from spark_jobs.record_parsing import parse, record_schema
 from spark_jobs.restore import Restored, StateRestorer
 from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
-from spark_jobs.store_backend import StoreBackend, StoreState, incarnation
+from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
 from spark_jobs.weak_snapshots import WeakSnapshotWriter
 
 

@@ -12,7 +12,7 @@ written once; any other sink's output is written under ``chk-n/<sink>/``, with
 the output of epochs whose checkpoint failed since the last durable one (it
 belongs to the next transaction). Rows and checksums per subtask are observed
 during the writes, then the sink transactions are staged and every task acks.
-A keyed aggregate on local stores (``spark_jobs.store_backend``) has its delta
+A keyed aggregate on local stores (``spark_jobs.state.provider``) has its delta
 written by the epoch's own tasks; its asynchronous phase seals and acks it.
 
 Modes (per run): ``async`` runs the write on a writer thread while epoch n+1
@@ -45,10 +45,11 @@ from coordinator.checkpoints.lifecycle import AckResult, FailureReason
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
-from spark_jobs import back_edge_log, keyed_state, store_backend
+from spark_jobs import back_edge_log, keyed_state
+from spark_jobs.state import provider as store_backend
 from spark_jobs.dataflow import Dataflow
-from spark_jobs.local_store import KEEP
-from spark_jobs.store_backend import StoreState
+from spark_jobs.state.store import KEEP
+from spark_jobs.state.provider import StoreState
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_
 
     from absreplay_examples.definitions import wordcount
     from spark_jobs.dataflow import dataflow_of
-    from spark_jobs.store_backend import EPOCH, StoreBackend, aggregate
+    from spark_jobs.state.provider import EPOCH, StoreBackend, aggregate
 
     job = wordcount()
     node = dataflow_of(job).nodes["count"]

@@ -1,4 +1,4 @@
-"""Store tasks name the executor that holds their store as their preferred location (``spark_jobs.store_placement``).
+"""Store tasks name the executor that holds their store as their preferred location (``spark_jobs.state.placement``).
 
 On local Spark there is one executor, so what this checks is the mechanism: the pinned RDD (compiled by Janino
 in the driver's JVM, its jar added for the executors) passes every row through, its partitions prefer what they
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.store_placement import Placement
+from spark_jobs.state.placement import Placement
 
 pytestmark = pytest.mark.spark
 

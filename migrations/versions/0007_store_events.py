@@ -4,7 +4,7 @@
   ``reload`` (the task built it from the checkpoint files); NULL for a task with no local store.
 - ``task_acks.store_load_ms``: the milliseconds a reload took (0 for a hit).
 - ``task_acks.store_location``: the executor the task ran on, which holds the store now
-  (``executor_<host>_<executor id>``): the next run's tasks prefer its host (``spark_jobs.store_placement``).
+  (``executor_<host>_<executor id>``): the next run's tasks prefer its host (``spark_jobs.state.placement``).
 
 A group of epochs run together (a catch-up) opens its stores once: its first epoch's acks carry the events.
 

@@ -4,7 +4,7 @@ With the ``spark`` backend (``spark_jobs.keyed_operators.aggregate``) a keyed
 aggregate's state is one DataFrame that every epoch unions with its records and
 aggregates again: the cost of an epoch grows with the state. With the ``local``
 backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
-SQLite store beside the tasks (``spark_jobs.local_store``), and an epoch is
+SQLite store beside the tasks (``spark_jobs.state.store``), and an epoch is
 
 1. the records' contributions, aggregated per (subtask, key) in Spark (partial
    aggregation before the shuffle), then routed to their store's partition;
@@ -35,7 +35,7 @@ themselves, as they write the deltas (``write_full``).
 
 The driver opens no store. Each task finds its store on its own executor, or
 builds it there from the snapshot files of the version it needs
-(``spark_jobs.store_loader``): the restored checkpoint's chain, then the deltas
+(``spark_jobs.state.loader``): the restored checkpoint's chain, then the deltas
 this run's tasks wrote. The snapshots stay the durable truth: a lost executor,
 disk or store folder costs a reload, never data. A restore at another
 parallelism first splits the checkpoint's state by the new key groups into one
@@ -48,7 +48,7 @@ and a loop keep the DataFrame state. ``verify`` always recomputes with the
 DataFrame operators, so it checks the stores against an independent path.
 
 Stores live in each executor's local directory (``absreplay-stores`` under
-Spark's local dir, ``store_loader.executor_root``), or under ``ABS_STORE_DIR``
+Spark's local dir, ``state.loader.executor_root``), or under ``ABS_STORE_DIR``
 when set: nothing but the state root, the input and the catalog is shared
 between hosts.
 """
@@ -75,12 +75,13 @@ from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
-from spark_jobs import keyed_operators as ko, store_tasks
+from spark_jobs import keyed_operators as ko
+from spark_jobs.state import tasks as store_tasks
 from spark_jobs.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
-from spark_jobs.local_store import FORMAT, SUPPORTED, Layout, StoreVersionError
+from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
 from spark_jobs.spark_types import spark_schema, spark_type
-from spark_jobs.store_placement import Placement
-from spark_jobs.store_loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
+from spark_jobs.state.placement import Placement
+from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
 
 T = TypeVar("T")
 
@@ -95,7 +96,7 @@ SLOT, PRESENT = "_abs_slot", "_abs_present"
 
 def store_root(job: str, incarnation: str | None = None) -> Path:
     """The folder of a job's stores (of one ``incarnation``) on this host: ``ABS_STORE_DIR``'s, or that of an
-    executor here with Spark's default local dir (``store_loader.executor_root``)."""
+    executor here with Spark's default local dir (``state.loader.executor_root``)."""
     configured = Settings.from_env().store_dir
     root = Path(configured).expanduser().resolve() / job if configured else Path(executor_root()) / job
     return root / incarnation if incarnation else root
@@ -131,7 +132,7 @@ class StoreState:
     """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows."""
 
     operator: str
-    #: ``ABS_STORE_DIR``'s folder of the job, "" for each executor's own (``store_loader.StoreAt``)
+    #: ``ABS_STORE_DIR``'s folder of the job, "" for each executor's own (``state.loader.StoreAt``)
     root: str
     #: the stores' folder under it: ``<job>/<incarnation>/<operator>/<layout>``
     path: str
@@ -141,9 +142,9 @@ class StoreState:
     max_parallelism: int
     version: int
     #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
-    #: (``store_loader.StoreAt.files``); None: none (the state root is remote and this run's deltas unwritten)
+    #: (``state.loader.StoreAt.files``); None: none (the state root is remote and this run's deltas unwritten)
     files: tuple[tuple[StateFile, ...], ...] | None
-    #: the tasks report hits and reloads here (``store_loader.StoreEvents``)
+    #: the tasks report hits and reloads here (``state.loader.StoreEvents``)
     events: Accumulator
     #: the job's snapshot folder when the state root is local (the epoch's tasks write its delta there)
     snapshots: str | None = None
@@ -158,7 +159,7 @@ class StoreState:
     #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds,
     #: the executor it ran on or None)
     loads: dict | None = None
-    #: where the stores are, to send their tasks back there (``store_placement``; None: anywhere)
+    #: where the stores are, to send their tasks back there (``state.placement``; None: anywhere)
     placement: Placement | None = None
 
     @property
@@ -167,7 +168,7 @@ class StoreState:
 
     @property
     def at(self) -> StoreAt:
-        """What a task of this state needs (``store_loader``)."""
+        """What a task of this state needs (``state.loader``)."""
         return StoreAt(self.root, self.path, self.layout, self.version, self.files, self.reload)
 
     @property
@@ -192,11 +193,11 @@ class StoreState:
         return self.pinned(spark.range(0, self.parallelism, 1, self.parallelism))
 
     def pinned(self, df: DataFrame) -> DataFrame:
-        """``df`` (partition i: store i) sent where the stores are (``store_placement``)."""
+        """``df`` (partition i: store i) sent where the stores are (``state.placement``)."""
         return df if self.placement is None else self.placement.pinned(df, self.operator, self.parallelism)
 
     def applied_loads(self) -> dict[int, tuple[str, float, str | None]]:
-        """How the apply from this state found each subtask's store (its tasks' events, ``store_loader``), and
+        """How the apply from this state found each subtask's store (its tasks' events, ``state.loader``), and
         the executor it ran on: a group of epochs applied at once is one apply, reported with its first epoch."""
         where = {}
         if self.placement is not None:
@@ -344,7 +345,7 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
 
 
 def integrity_checked(action: Callable[[], T]) -> T:
-    """``action`` (a Spark action running store tasks), a task's integrity failure (``store_loader.INTEGRITY``)
+    """``action`` (a Spark action running store tasks), a task's integrity failure (``state.loader.INTEGRITY``)
     raised as the ``StateIntegrityError`` it names, in one line, instead of Spark's traceback."""
     try:
         return action()
@@ -357,7 +358,7 @@ def integrity_checked(action: Callable[[], T]) -> T:
 
 class StoreBackend:
     """The stores of a run's keyed aggregates: what their tasks need to find or build them at the restore point.
-    Opens none: the tasks do, on their executors (``store_loader``)."""
+    Opens none: the tasks do, on their executors (``state.loader``)."""
 
     def __init__(self, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str,
                  max_parallelism: int, incarnation: str, seen: dict[str, dict[int, str]] | None = None) -> None:
