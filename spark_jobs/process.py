@@ -88,8 +88,9 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
             print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
             return 0
 
+    from spark_jobs.executor_loss import restarting_after_lost_executors
     from spark_jobs.recover import run_recovery
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.runner import EpochRunner, log
     from spark_jobs.session import build_session
     from spark_jobs.snapshot import SnapshotMode
 
@@ -103,10 +104,10 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
             if args.recovery:
                 report = run_recovery(spark, store, job, settings, request, mode)
             else:
-                report = EpochRunner(
-                    spark, store, job, settings.data_dir, settings.state_uri,
-                    mode=mode, restore_from=args.restore_from, max_epochs=args.max_epochs,
-                ).run()
+                report = restarting_after_lost_executors(job.name, lambda first: EpochRunner(
+                    spark, store, job, settings.data_dir, settings.state_uri, mode=mode,
+                    restore_from=args.restore_from if first else None, max_epochs=args.max_epochs,
+                ).run(), log)
         finally:
             if own_session:
                 spark.stop()
