@@ -13,7 +13,13 @@ local[2]. For each state size K:
    and the whole run divided by the epochs), and the bytes of each incremental snapshot against the
    full one of step 1;
 4. restore: one more epoch in a new run, with the local stores kept (they hold the checkpoint) and,
-   once more, with them deleted (loaded from the snapshot files, checked as they are read).
+   once more, with them deleted (loaded from the snapshot files, checked as they are read);
+5. small epochs: ``--epochs`` epochs of ``--small-records`` records, caught up in one run (the median
+   epoch), then one more alone in a run of its own (its wall time, restore included).
+
+Step 3 is profiled (``bench.spark_profile``): per epoch, the Spark jobs, stages and tasks, shuffle
+bytes, the executors' run, GC and deserialization time, the catalog's statements and seconds, and
+the stages summed by what they ran; printed after the table and kept under each run's ``profile``.
 
 Peak memory (``bench.memory.PeakMemory``) is sampled over each size's scenario. ``--compare`` runs the
 same scenario with the DataFrame state (``ABS_STATE_BACKEND=spark``, what every epoch did before the
@@ -41,13 +47,14 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples.definitions import synthetic  # noqa: E402
 from bench.memory import PeakMemory  # noqa: E402
+from bench.spark_profile import RunProfile, print_breakdown  # noqa: E402
 from bench.synthetic_bench import du, machine  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from coordinator.sources import source  # noqa: E402
-from spark_jobs.store_backend import BACKEND_ENV, store_root  # noqa: E402
+from spark_jobs.state.provider import BACKEND_ENV, store_root  # noqa: E402
 
 console = Console(width=150, markup=False)
 PARTITIONS = 2
@@ -108,7 +115,9 @@ def scenario(spark, base: Path, keys: int, args: argparse.Namespace, backend: st
                       f"{args.touched:,} keys each")
         for _ in range(args.epochs):
             sc.land(sc.epoch_keys(keys, args.records, args.touched))
-        report, run_s = sc.run(spark)
+        with RunProfile(spark, sc.store.engine) as profile:
+            report, run_s = sc.run(spark)
+        out["profile"] = profile.breakdown(args.epochs)
         out["epoch_s"] = [e.process_s for e in report.epochs]
         out["median_epoch_s"] = statistics.median(out["epoch_s"])
         out["run_s"], out["run_restore_s"] = run_s, report.restore_s
@@ -129,6 +138,13 @@ def scenario(spark, base: Path, keys: int, args: argparse.Namespace, backend: st
             report, _ = sc.run(spark, max_epochs=1)
             # the stores' tasks reload them in the first epoch, in parallel: the longest reload is the wait
             out["restore_reload_s"] = report.restore_s + report.epochs[0].store_reload_s
+        console.print(f"[{backend}, {keys:,} keys] {args.epochs} small epochs of {args.small_records:,} records")
+        for _ in range(args.epochs):
+            sc.land(sc.epoch_keys(keys, args.small_records, args.touched))
+        report, _ = sc.run(spark)
+        out["small_epoch_s"] = statistics.median(e.process_s for e in report.epochs)
+        sc.land(sc.epoch_keys(keys, args.small_records, args.touched))
+        _, out["small_epoch_run_s"] = sc.run(spark, max_epochs=1)
         out["state_root_bytes"] = du(Path(sc.settings.state_uri))
     out["peak_memory_mb"] = mem.peaks
     shutil.rmtree(root, ignore_errors=True)
@@ -137,7 +153,7 @@ def scenario(spark, base: Path, keys: int, args: argparse.Namespace, backend: st
 
 #: the state engine's targets (issue: keyed state on a real cluster), each an upper bound
 TARGETS = {"stores_over_dataframe_at_1e6": 0.5, "median_epoch_largest_over_smallest": 1.2, "reload_s_at_1e6": 3.0,
-           "reload_s_at_1e7": 20.0, "driver_peak_gib_at_1e7": 1.0}
+           "reload_s_at_1e7": 20.0, "driver_peak_gib_at_1e7": 1.0, "small_epoch_s": 0.5}
 
 
 def ratios(runs: list[dict]) -> dict[str, float]:
@@ -150,6 +166,7 @@ def ratios(runs: list[dict]) -> dict[str, float]:
         out["catch_up_per_epoch_largest_over_smallest"] = \
             largest["catch_up_per_epoch_s"] / smallest["catch_up_per_epoch_s"]
         out["median_epoch_largest_over_smallest"] = largest["median_epoch_s"] / smallest["median_epoch_s"]
+        out["small_epoch_s"] = smallest["small_epoch_s"]  # one epoch of --small-records, the smallest state
     for keys, name in ((1_000_000, "1e6"), (10_000_000, "1e7")):
         if keys in local and "restore_reload_s" in local[keys]:
             out[f"reload_s_at_{name}"] = local[keys]["restore_reload_s"]
@@ -167,6 +184,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--touched", type=int, default=10_000)
+    ap.add_argument("--small-records", type=int, default=10_000, help="records of each small epoch (step 5)")
     ap.add_argument("--driver-memory", default="8g")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "state_scale.json"))
     args = ap.parse_args()
@@ -208,6 +226,9 @@ def main() -> None:
                       f"{r.get('restore_reload_s', float('nan')):.2f}", f"{r['load_s']:.1f}",
                       " / ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
     console.print(table)
+    for r in results["runs"]:
+        print_breakdown(console, f"where a measured epoch goes: {r['backend']} state, {r['keys']:,} keys",
+                        r["profile"])
     for k, v in results["ratios"].items():
         goal = TARGETS.get(k)
         console.print(f"{k}: {v:.3f}" + ("" if goal is None else f"  (target <= {goal}: {'met' if v <= goal else 'NOT met'})"))
