@@ -14,7 +14,7 @@ entry-point group, or a ``*.py`` file in ``$ABS_JOBS_DIR``) holds ``Job``
 objects at module level. Operators are DataFrame-level functions (Spark SQL,
 Arrow/pandas UDFs), called once per epoch with the epoch's records, never per
 record. Nothing here imports Spark: a declaration is read by the command line
-and the DAGs without a JVM; ``spark_jobs.dataflow`` runs it.
+and the DAGs without a JVM; ``spark_jobs.operators.dataflow`` runs it.
 
 Streams are appends (records) or upserts (a keyed operator's changed rows, one
 per key). Every keyed operator keeps its own state, snapshotted and restored on

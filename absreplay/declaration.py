@@ -1,6 +1,6 @@
 """What a job file declares, as data: the job's settings and its graph of nodes (operators with their
 aggregates, loops and windows). ``absreplay.api`` builds it; ``absreplay.job_graph`` reads it into
-the checkpoint lifecycle's ``JobDefinition``; ``spark_jobs.dataflow`` runs it. No Spark here.
+the checkpoint lifecycle's ``JobDefinition``; ``spark_jobs.operators.dataflow`` runs it. No Spark here.
 
 Names are checked as they are declared: they become paths and catalog keys.
 """

@@ -44,8 +44,8 @@ MAX_DRAIN_EPOCHS = 30
 
 
 def run_mode(spark, root: Path, mode: str, args: argparse.Namespace) -> dict:
-    from spark_jobs.runner import EpochRunner
-    from spark_jobs.snapshot import SnapshotMode
+    from spark_jobs.run.runner import EpochRunner
+    from spark_jobs.run.snapshot import SnapshotMode
 
     settings = Settings.from_env({"ABS_HOME": str(root / mode)})
     upgrade(settings.database_url)

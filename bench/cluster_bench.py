@@ -5,12 +5,12 @@ synthetic job with snapshots none and async, on a cluster of 1 worker and of 2 w
                                   [--keys 100000] [--repeat 3] [--worker-memory 2g] [--jvm-heap] [--quick]
 
 For each cluster size N, a real standalone master and N workers (``--cores 1`` each) are started on
-127.0.0.1 from the pyspark package (absreplay.standalone_cluster, as the cluster test does), each JVM
+127.0.0.1 from the pyspark package (absreplay.commands.standalone_cluster, as the cluster test does), each JVM
 in its own process group, stopped by group at the end even after a failure (a worker's JVM and its
 executors outlive a killed wrapper). The driver, a fresh Python process per cluster size (so each
 has a driver JVM of its own), connects with build_session(app, N, master URL): parallelism = total
 cores = N. The project's code reaches the executors the way the command line ships it (the zip of
-absreplay.pyfiles.build_pyfiles_zip, added as a py-file; the JSON says whether the workers fetched it).
+absreplay.commands.pyfiles.build_pyfiles_zip, added as a py-file; the JSON says whether the workers fetched it).
 
 Each run is bench/synthetic_bench.py's catch-up: E epochs of S records landed, one barrier injected
 per epoch, one EpochRunner run processes all of them and finalize commits the sink; records/s =
@@ -50,8 +50,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from absreplay.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
-from absreplay.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
+from absreplay.commands.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
+from absreplay.commands.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 from absreplay_examples import synthetic_data  # noqa: E402
 from bench import options  # noqa: E402
 from bench.memory import PeakMemory  # noqa: E402

@@ -85,8 +85,8 @@ class Scenario:
         return chosen[self.rng.integers(0, len(chosen), size=records)]
 
     def run(self, spark, max_epochs: int | None = None):
-        from spark_jobs.runner import EpochRunner
-        from spark_jobs.snapshot import SnapshotMode
+        from spark_jobs.run.runner import EpochRunner
+        from spark_jobs.run.snapshot import SnapshotMode
 
         t0 = time.perf_counter()
         report = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,

@@ -91,8 +91,8 @@ class Run:
             self.coordinator.inject()
 
     def catch_up(self, spark, mode: str) -> dict:
-        from spark_jobs.runner import EpochRunner
-        from spark_jobs.snapshot import SnapshotMode
+        from spark_jobs.run.runner import EpochRunner
+        from spark_jobs.run.snapshot import SnapshotMode
 
         runner = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
                              mode=SnapshotMode("async" if mode == "weak" else mode))

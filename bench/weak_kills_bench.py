@@ -75,8 +75,8 @@ class Scenario:
         self.input = source.input_dir(self.settings.data_dir, self.job.name)
 
     def run(self, spark, fault: str | None, checkpoint_id: int) -> tuple[float, bool]:
-        from spark_jobs.runner import EpochRunner
-        from spark_jobs.snapshot import SnapshotMode
+        from spark_jobs.run.runner import EpochRunner
+        from spark_jobs.run.snapshot import SnapshotMode
 
         armed = f"{fault}@{checkpoint_id}" + ("/1" if fault == "snapshot.after_ack" else "")
         if fault:

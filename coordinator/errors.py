@@ -98,7 +98,7 @@ class DeadLetterShareError(AbsError):
     """An inject's new records are dead letters beyond the job's ``max_dead_letter_share``. The barrier
     is registered all the same (its records and dead letters are in the catalog: nothing is lost); the
     failure is there so that someone looks. Retrying would only inject the next barrier, so an Airflow
-    task fails at once (``absreplay.orchestration.fails_without_retry``)."""
+    task fails at once (``absreplay.airflow.orchestration.fails_without_retry``)."""
 
 
 class CatalogBusyError(AbsError):

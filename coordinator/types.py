@@ -2,7 +2,7 @@
 
 A declared type is a Python type (``str``, ``int`` (64-bit), ``float``, ``bool``, ``list[int]``)
 or a Spark DDL name; it is kept as the DDL name, which every layer maps to its own type
-(``spark_jobs.spark_types`` to Spark's). No Spark here.
+(``spark_jobs.records.spark_types`` to Spark's). No Spark here.
 """
 
 from __future__ import annotations

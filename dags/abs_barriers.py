@@ -1,6 +1,6 @@
 """``abs_<job>_barriers``: inject a barrier into every registered job on its interval.
 
-Wiring only; the work is ``absreplay.orchestration.inject_barrier``. The DAG
+Wiring only; the work is ``absreplay.airflow.orchestration.inject_barrier``. The DAG
 never waits for processing: a barrier is a cheap catalog row (the cut), and a
 successful injection emits the job's barrier asset, which schedules
 ``abs_<job>_epochs``. A barrier the checkpoint policy skips (too many pending,
@@ -15,7 +15,7 @@ from typing import Any
 from airflow.sdk import DAG, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 

@@ -18,8 +18,8 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, dag, task
 
-from absreplay import orchestration
-from absreplay.submit import PROCESS_APP
+from absreplay.airflow import orchestration
+from absreplay.commands.submit import PROCESS_APP
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 

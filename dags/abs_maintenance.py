@@ -1,7 +1,7 @@
 """``abs_maintenance``: expire stale pending checkpoints and collect unreferenced state, for every job.
 
 Wiring only: one mapped task per job registered in the catalog, each calling
-``absreplay.orchestration.maintain_job``.
+``absreplay.airflow.orchestration.maintain_job``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.sdk import dag, task
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 
 DOC = """
 ### Maintenance of every ABS Replay job

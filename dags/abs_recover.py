@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, dag, task
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 

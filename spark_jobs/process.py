@@ -88,11 +88,11 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
             print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
             return 0
 
-    from spark_jobs.executor_loss import restarting_after_lost_executors
+    from spark_jobs.run.executor_loss import restarting_after_lost_executors
     from spark_jobs.recover import run_recovery
-    from spark_jobs.runner import EpochRunner, log
+    from spark_jobs.run.runner import EpochRunner, log
     from spark_jobs.session import build_session
-    from spark_jobs.snapshot import SnapshotMode
+    from spark_jobs.run.snapshot import SnapshotMode
 
     mode = SnapshotMode(args.snapshot_mode)
     with processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S) as token:

@@ -24,8 +24,8 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import fault_point
 from coordinator.settings import Settings
-from spark_jobs.runner import EpochRunner, Restored, RunReport, log
-from spark_jobs.snapshot import SnapshotMode
+from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
+from spark_jobs.run.snapshot import SnapshotMode
 
 
 def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition, settings: Settings,

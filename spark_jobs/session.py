@@ -21,7 +21,7 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
 def configure(builder: SparkSession.Builder, parallelism: int) -> SparkSession.Builder:
     return (
         # a shuffle runs as many Spark tasks as the run has subtasks; which subtask holds a key is
-        # decided by key groups (spark_jobs.keyed_state), not by the shuffle partition it lands in
+        # decided by key groups (spark_jobs.state.keyed_state), not by the shuffle partition it lands in
         builder.config("spark.sql.shuffle.partitions", str(parallelism))
         # and no adaptive coalescing: a run plans its shuffles the same way every time
         .config("spark.sql.adaptive.enabled", "false")

@@ -43,10 +43,10 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
-from spark_jobs import keyed_state
-from spark_jobs.dataflow import Dataflow
-from spark_jobs.progress import Steps
-from spark_jobs.runner import EpochRunner
+from spark_jobs.state import keyed_state
+from spark_jobs.operators.dataflow import Dataflow
+from spark_jobs.run.progress import Steps
+from spark_jobs.run.runner import EpochRunner
 
 MAX_DIFFERENCES = 10
 #: exit code: the comparison could not be made (bad input is 2, a difference 1)

@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import text
 
-from absreplay.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
-from absreplay.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
+from absreplay.airflow.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
+from absreplay.commands.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
 from coordinator.checkpoints import state_files
@@ -66,8 +66,8 @@ class Workspace:
         return self.expected_at(latest.checkpoint_id if latest else None)
 
     def run_epochs(self, spark, mode: str = "async", **kwargs):
-        from spark_jobs.runner import EpochRunner
-        from spark_jobs.snapshot import SnapshotMode
+        from spark_jobs.run.runner import EpochRunner
+        from spark_jobs.run.snapshot import SnapshotMode
 
         runner = EpochRunner(
             spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
@@ -178,8 +178,9 @@ def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliRes
     """`absreplay ARGS` as typed, in this process: the same entry point, exit code and output.
 
     With ``spark``, the Spark applications the command would spark-submit run on that session
-    instead (``absreplay.submit.run_in_session``): no JVM starts. ``env`` adds to ``ws.env()``."""
-    from absreplay import cli as absreplay_cli, submit
+    instead (``absreplay.commands.submit.run_in_session``): no JVM starts. ``env`` adds to ``ws.env()``."""
+    from absreplay.commands import cli as absreplay_cli
+    from absreplay.commands import submit
 
     out, err = io.StringIO(), io.StringIO()
     launch = submit.run_processing

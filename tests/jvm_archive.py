@@ -53,7 +53,7 @@ def ensure(child_options: str) -> Path | None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
-    from absreplay import submit
+    from absreplay.commands import submit
 
     env = {**os.environ, "JAVA_TOOL_OPTIONS": child_options, "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 from coordinator.checkpoints import recovery
 from absreplay.job_discovery import discover
 from coordinator.checkpoints.lifecycle import FailureReason

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from absreplay.airflow_demo import isolate_airflow_home
+from absreplay.airflow.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
@@ -25,7 +25,7 @@ from airflow.api_fastapi.core_api.security import get_user  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import update  # noqa: E402
 
-from absreplay import orchestration  # noqa: E402
+from absreplay.airflow import orchestration  # noqa: E402
 from absreplay.airflow_plugin import AbsReplayPlugin  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import app  # noqa: E402

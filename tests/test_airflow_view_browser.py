@@ -25,7 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lifecycle import FailureReason
 from tests.airflow_standalone import Airflow, standalone

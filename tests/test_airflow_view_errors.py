@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from absreplay.airflow_demo import isolate_airflow_home
+from absreplay.airflow.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
@@ -24,7 +24,7 @@ from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser 
 from airflow.api_fastapi.core_api.security import get_user  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from absreplay import orchestration  # noqa: E402
+from absreplay.airflow import orchestration  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import PAGE_SIZE, app  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402

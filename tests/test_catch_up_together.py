@@ -18,7 +18,7 @@ from absreplay.job_discovery import get_job
 from coordinator.catalog.db import upgrade
 from coordinator.checkpoints.policy import CheckpointPolicy
 from coordinator.faults import ProcessCrash
-from spark_jobs import runner
+from spark_jobs.run import runner
 from tests.helpers import cli, cli_ok, make_workspace
 
 pytestmark = [pytest.mark.spark, pytest.mark.sink_unchecked("judged here, against plain Python and each other"),

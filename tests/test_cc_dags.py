@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from absreplay.airflow_demo import dags_folder, isolate_airflow_home
+from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 
-from absreplay.submit import PROCESS_APP  # noqa: E402
+from absreplay.commands.submit import PROCESS_APP  # noqa: E402
 
 JOB = "connected_components"
 

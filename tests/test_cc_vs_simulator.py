@@ -88,7 +88,7 @@ def edge_batches() -> list[list[tuple[int, int]]]:
 def spark_checkpoint(runner, n: int, quiesce: bool = True, drop_log: bool = False):
     """Checkpoint n as stored: (vertex -> (label, neighbours), back-edge log records, labels after
     feeding the log back and running the loop until nothing circulates (without the log: ``drop_log``))."""
-    from spark_jobs import back_edge_log
+    from spark_jobs.run import back_edge_log
 
     restored = runner.restore(n)
     state = {r.vertex: (r.component, frozenset(r.neighbors)) for r in restored.state.collect()}
@@ -101,7 +101,7 @@ def spark_checkpoint(runner, n: int, quiesce: bool = True, drop_log: bool = Fals
 
 
 def run_cc(tmp_path: Path, url: str, spark, rounds: int):
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.run.runner import EpochRunner
 
     ws = make_workspace(tmp_path, url, connected_components(loop_rounds=rounds))
     batches = edge_batches()
@@ -152,7 +152,7 @@ def test_connected_components_state_equals_the_stop_the_world_snapshot_when_the_
 
 
 def test_wordcount_stored_counts_equal_the_aligned_snapshots(tmp_path, sqlite_url, spark) -> None:
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.run.runner import EpochRunner
 
     ws = make_workspace(tmp_path, sqlite_url)
     for b in range(3):

@@ -185,7 +185,7 @@ def test_a_catalog_path_under_a_file_is_one_line(tmp_path) -> None:
 
 def test_a_spark_failure_is_one_line(tmp_path, sqlite_url, spark, monkeypatch) -> None:
     """Spark cannot read an epoch (here: a segment removed behind the segment check's back)."""
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.run.runner import EpochRunner
 
     ws = make_workspace(tmp_path, sqlite_url)
     ws.land(0, lines=10)

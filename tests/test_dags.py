@@ -8,7 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
-from absreplay.airflow_demo import dags_folder, isolate_airflow_home
+from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
@@ -18,8 +18,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset  # noqa: E402
 from airflow.sdk.exceptions import ParamValidationError  # noqa: E402
 
-from absreplay import orchestration  # noqa: E402
-from absreplay.submit import PROCESS_APP  # noqa: E402
+from absreplay.airflow import orchestration  # noqa: E402
+from absreplay.commands.submit import PROCESS_APP  # noqa: E402
 from absreplay.job_discovery import discover  # noqa: E402
 
 EXPECTED = {f"abs_{job}_{kind}" for job in discover().jobs for kind in ("barriers", "epochs", "recover")} | {"abs_maintenance"}

@@ -1,4 +1,4 @@
-"""What the DAG tasks do (absreplay.orchestration, absreplay.pyfiles), against SQLite and PostgreSQL catalogs."""
+"""What the DAG tasks do (absreplay.airflow.orchestration, absreplay.commands.pyfiles), against SQLite and PostgreSQL catalogs."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import sys
 import zipfile
 from pathlib import Path
 
-from absreplay.airflow_demo import isolate_airflow_home, spark_connection
+from absreplay.airflow.airflow_demo import isolate_airflow_home, spark_connection
 
 isolate_airflow_home()  # task_errors imports airflow
 
 import pytest  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from absreplay import orchestration  # noqa: E402
-from absreplay.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
+from absreplay.airflow import orchestration  # noqa: E402
+from absreplay.commands.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
 from coordinator.catalog.models import Job, utcnow  # noqa: E402
 from coordinator.checkpoints.lifecycle import FailureReason  # noqa: E402
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError  # noqa: E402
@@ -99,7 +99,7 @@ def test_pyfiles_zip_holds_the_code_and_serves_it_without_the_installed_project(
     assert "coordinator/__init__.py" in names
     assert "coordinator/catalog/db.py" in names
     assert "spark_jobs/process.py" in names
-    assert "spark_jobs/dataflow.py" in names
+    assert "spark_jobs/operators/dataflow.py" in names
     assert "absreplay_examples/wordcount.py" in names  # a job package found through its entry point
     assert not [n for n in names if "__pycache__" in n or not n.endswith(".py")]
     mtime = first.stat().st_mtime_ns

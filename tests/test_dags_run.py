@@ -11,7 +11,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from absreplay.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
+from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
 
 isolate_airflow_home("local[2]")  # before airflow is imported: its configuration is read once
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import absreplay.api as abs
-from absreplay.demo import demo_data, top_rows
+from absreplay.commands.demo import demo_data, top_rows
 from absreplay.job_discovery import get_job
 from coordinator.errors import UsageError
 

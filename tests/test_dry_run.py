@@ -11,7 +11,7 @@ import pytest
 
 from absreplay.job_discovery import get_job
 from absreplay_examples.definitions import connected_components
-from spark_jobs.dataflow import Dataflow
+from spark_jobs.operators.dataflow import Dataflow
 
 pytestmark = [pytest.mark.spark]
 JOBS = str(Path(__file__).parent / "jobs")

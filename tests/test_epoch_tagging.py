@@ -15,9 +15,10 @@ from absreplay_examples.wordcount import tokenize
 from coordinator.catalog.db import upgrade
 from coordinator.catalog.models import SourceSegment
 from coordinator.sources.record_formats import TextLines
-from spark_jobs import dataflow, epoch_source
-from spark_jobs.epoch_source import epoch_of_file, keeps_input_file, read_lines
-from spark_jobs.xxh64 import spark_xxhash64
+from spark_jobs.operators import dataflow
+from spark_jobs.records import epoch_source
+from spark_jobs.records.epoch_source import epoch_of_file, keeps_input_file, read_lines
+from spark_jobs.records.xxh64 import spark_xxhash64
 from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.spark
@@ -126,7 +127,7 @@ def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_
     from py4j.protocol import Py4JJavaError
 
     from absreplay_examples.definitions import wordcount
-    from spark_jobs.dataflow import dataflow_of
+    from spark_jobs.operators.dataflow import dataflow_of
     from spark_jobs.state.provider import EPOCH, StoreBackend, aggregate
 
     job = wordcount()

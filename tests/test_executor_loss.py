@@ -1,11 +1,11 @@
 """A run that loses an executor holding its in-memory state starts over from the newest completed checkpoint
-(spark_jobs.executor_loss); the separate-hosts test shows it on a real cluster."""
+(spark_jobs.run.executor_loss); the separate-hosts test shows it on a real cluster."""
 
 from __future__ import annotations
 
 import pytest
 
-from spark_jobs.executor_loss import LOST_BLOCKS, RESTARTS, restarting_after_lost_executors
+from spark_jobs.run.executor_loss import LOST_BLOCKS, RESTARTS, restarting_after_lost_executors
 
 
 def runs(*outcomes: object):

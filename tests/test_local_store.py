@@ -217,5 +217,5 @@ def test_a_python_worker_running_a_store_task_imports_no_planning_side() -> None
     assert "spark_jobs.state.store" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in ("sqlalchemy", "absreplay")
              or m.startswith(("coordinator.catalog", "coordinator.dataflow", "coordinator.settings"))
-             or m in ("spark_jobs.keyed_state", "spark_jobs.state.provider", "spark_jobs.keyed_operators")]
+             or m in ("spark_jobs.state.keyed_state", "spark_jobs.state.provider", "spark_jobs.operators.keyed_operators")]
     assert heavy == []

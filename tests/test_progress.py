@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from spark_jobs.progress import Steps
+from spark_jobs.run.progress import Steps
 
 LINES = [f"  [{i}/3] epoch {i + 4}: 100 records from 1 segment(s) in 0.10s" for i in (1, 2, 3)]
 

@@ -84,7 +84,7 @@ def damage_latest_state_file(ws, how: str) -> int:
 
 def beside_the_runs(ws, stop: threading.Event, damaged: set[int], problems: list[str]) -> None:
     """What the DAGs do next to an operator's commands: finalize and maintenance, over and over."""
-    from absreplay import orchestration
+    from absreplay.airflow import orchestration
 
     while not stop.wait(0.3):
         for step in (orchestration.finalize_checkpoints, orchestration.maintain_job):

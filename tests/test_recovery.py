@@ -26,7 +26,7 @@ def cycles(ws, spark, n: int) -> None:
 
 def recover(ws, spark, kind=RecoveryKind.RECOVER, mode=RecoveryMode.FULL, checkpoint=None, fallback=False):
     from spark_jobs.recover import run_recovery
-    from spark_jobs.snapshot import SnapshotMode
+    from spark_jobs.run.snapshot import SnapshotMode
 
     request = RecoveryRequest(kind, mode, checkpoint, fallback)
     return run_recovery(spark, ws.store, ws.job, ws.settings, request, SnapshotMode.ASYNC)
@@ -103,7 +103,7 @@ def test_partial_recovery_keeps_the_state_of_tasks_that_acked(tmp_path, pg_url, 
     ws.land(2)
     ws.coordinator.inject()  # 3
     # subtask 0's tasks ack checkpoint 3, then the run dies (as `snapshot.after_ack@3/1=kill` does)
-    from spark_jobs import snapshot
+    from spark_jobs.run import snapshot
 
     def ack_first_only(self, checkpoint_id, handles, logs=None):  # the process dies before the second group acks
         self.store.ack_many(self.job.name, checkpoint_id, [h for h in handles if h.subtask == 0])

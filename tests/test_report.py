@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from absreplay import orchestration
+from absreplay.airflow import orchestration
 from coordinator.checkpoints.lifecycle import FailureReason
 from coordinator.checkpoints.state_handle import StateHandle
 from tests.helpers import cli, cli_ok, make_workspace

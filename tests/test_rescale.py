@@ -62,7 +62,7 @@ def state_bases(ws, checkpoint_id: int) -> dict[int, int | None]:
 def test_the_key_group_rule_is_flinks_and_every_subtask_holds_a_contiguous_range(spark) -> None:
     from pyspark.sql import functions as F
 
-    from spark_jobs.keyed_state import subtask_of
+    from spark_jobs.state.keyed_state import subtask_of
 
     keys = spark.range(2000).select(F.concat(F.lit("w"), F.col("id").cast("string")).alias("k"))
     sizes = (1, 2, 3, 4, 7, 128)
@@ -137,7 +137,7 @@ def test_wordcount_changes_parallelism_between_runs_with_exact_results(tmp_path,
 
 def test_partial_recovery_across_a_change_of_parallelism_restarts_every_task(tmp_path, pg_url, spark,
                                                                              monkeypatch) -> None:
-    from spark_jobs import snapshot
+    from spark_jobs.run import snapshot
 
     ws = make_workspace(tmp_path, pg_url)
     ids = [land_and_inject(ws, 0, lines=100), land_and_inject(ws, 1)]

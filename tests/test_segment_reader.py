@@ -130,8 +130,8 @@ def test_processing_skips_a_2_mb_line_and_counts_every_other_line_once(tmp_path,
 
 
 def test_the_edge_reader_skips_a_long_line_by_its_dead_letter_offset(tmp_path, sqlite_url, spark) -> None:
-    from spark_jobs.epoch_source import read_epoch
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.records.epoch_source import read_epoch
+    from spark_jobs.run.runner import EpochRunner
 
     ws = make_workspace(tmp_path, sqlite_url, connected_components())
     part = ws.input_dir / "p0"

@@ -13,7 +13,7 @@ namespace, a private tmpfs over each local directory), wordcount through the com
 Then, on the same cluster, a job with a join and an event-time window (tests/jobs/views_by_country.py,
 whose state is on DataFrames, shuffled between the hosts): a worker lost inside an epoch takes the state
 the run held in its memory; the run starts over from the newest completed checkpoint
-(``spark_jobs.executor_loss``) and goes on: both sinks equal a plain-Python reference, ``absreplay
+(``spark_jobs.run.executor_loss``) and goes on: both sinks equal a plain-Python reference, ``absreplay
 verify`` exit 0.
 """
 

@@ -142,7 +142,7 @@ def test_concurrent_finalizes_processes_and_recoveries_lose_and_duplicate_nothin
     """The DAG's finalize and maintenance, a CLI finalize and a second processing attempt run in
     threads beside rounds of inject + process / recover on PostgreSQL: the sink ends exact and the
     high-water marks never move back."""
-    from absreplay import orchestration
+    from absreplay.airflow import orchestration
 
     ws = make_workspace(tmp_path, pg_url)
     stop = threading.Event()

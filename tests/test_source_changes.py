@@ -99,7 +99,7 @@ def test_a_touched_segment_with_the_same_content_is_fine_and_not_hashed_again(ws
 
 def test_a_same_size_rewrite_stops_a_run_before_spark_reads_anything(ws) -> None:
     """The run's own check (inject may not run in between): a touched segment passes, a rewritten one not."""
-    from spark_jobs.runner import EpochRunner
+    from spark_jobs.run.runner import EpochRunner
 
     seg = land(ws, "seg-1.txt", "one two\n")
     ws.coordinator.inject()
@@ -172,7 +172,7 @@ def test_inject_through_the_command_line_exits_2_naming_the_segment(ws) -> None:
 
 def test_a_segment_deleted_while_a_run_reads_it_is_named_not_a_spark_traceback(ws, spark, monkeypatch) -> None:
     """Gone after the run checked it, before Spark read it: the epoch's failure names the segment."""
-    from spark_jobs import runner
+    from spark_jobs.run import runner
 
     seg = land(ws, "seg-1.txt", "one two\n")
     ws.coordinator.inject()

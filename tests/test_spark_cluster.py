@@ -1,7 +1,7 @@
 """A real Spark standalone cluster (master and one worker on 127.0.0.1) runs the epochs DAG's submission.
 
 The test starts both JVMs with ``spark-class`` from the pyspark package
-(``absreplay.standalone_cluster``), points the ``spark_default`` connection at
+(``absreplay.commands.standalone_cluster``), points the ``spark_default`` connection at
 the master (deploy mode client) and runs the barrier and epoch DAGs with
 dag.test(): the py-files zip must reach the executor and the committed counts
 must equal an independent recount.
@@ -13,14 +13,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from absreplay.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db, spark_connection
+from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db, spark_connection
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
 import pytest  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 
-from absreplay.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
+from absreplay.commands.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 from coordinator.checkpoints.lifecycle import CheckpointStatus  # noqa: E402
 from tests.helpers import make_workspace  # noqa: E402
 

@@ -199,8 +199,8 @@ def test_a_checkpoint_failed_while_its_snapshot_is_written_is_never_a_base(tmp_p
     """Checkpoint 2 expires (as a finalize beside the run would) just before its acks land: they are
     DISCARDED. The next snapshot must not be a delta on 2: it is a delta on 1 holding epochs 2 and 3,
     so the sink and a restore of 3 are exact. A chain whose base has no ack is refused, by name."""
-    from spark_jobs.runner import EpochRunner
-    from spark_jobs.snapshot import SnapshotWriter
+    from spark_jobs.run.runner import EpochRunner
+    from spark_jobs.run.snapshot import SnapshotWriter
 
     job = wordcount()
     job = type(job)(**{**job.__dict__, "policy": CheckpointPolicy(full_snapshot_every=10, retained=5)})

@@ -36,9 +36,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, job_access, readable
 from absreplay.airflow_plugin.catalog import catalog_engine
-from absreplay.charts import job_charts
+from absreplay.commands.charts import job_charts
 from absreplay.options import BIGINT_MAX, out_of_range
-from absreplay.views import format_bytes
+from absreplay.commands.views import format_bytes
 from coordinator.catalog import audit
 from coordinator.checkpoints import weak as weak_consistency
 from coordinator.checkpoints.lifecycle import CheckpointStatus

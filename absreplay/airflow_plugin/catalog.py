@@ -1,6 +1,6 @@
 """The catalog the view reads: the Airflow Variable ``abs_database_url`` when set, else ``ABS_DATABASE_URL``.
 
-The same rule as the DAGs' tasks (``absreplay.orchestration.resolve_settings``),
+The same rule as the DAGs' tasks (``absreplay.airflow.orchestration.resolve_settings``),
 read in the api-server; one engine per catalog URL for the server's life.
 """
 
@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from sqlalchemy import Engine
 
-from absreplay.orchestration import DATABASE_URL_VARIABLE, resolve_settings
+from absreplay.airflow.orchestration import DATABASE_URL_VARIABLE, resolve_settings
 from coordinator.catalog.db import make_engine
 
 

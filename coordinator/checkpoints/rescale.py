@@ -3,7 +3,7 @@
 Keyed state is kept in key groups, as Flink does: a key belongs to group
 pmod(hash(key), max_parallelism), and at parallelism p subtask i holds the
 contiguous groups g with g * p // max_parallelism = i
-(``spark_jobs.keyed_state.subtask_of``). ``max_parallelism`` is the job row's
+(``spark_jobs.state.keyed_state.subtask_of``). ``max_parallelism`` is the job row's
 (128 unless set before the job's first checkpoint) and never changes, so a key
 keeps its group whatever the parallelism; a run may take another parallelism
 than the checkpoint it restores, which reads every old subtask's files and

@@ -3,7 +3,7 @@
 A subtask's snapshot at checkpoint n is a full one, or a delta on a base
 checkpoint (its ack's ``base_checkpoint_id``); following the bases from a head
 checkpoint back to a full snapshot gives the files whose rows, newest
-``updated`` per key, are the state. Restores (spark_jobs.runner), `absreplay
+``updated`` per key, are the state. Restores (spark_jobs.run.runner), `absreplay
 state` and `absreplay diff` read the same chain.
 """
 

@@ -3,7 +3,7 @@
 A job is declared with the public API (``absreplay.api``) and found by
 ``absreplay.job_discovery``; ``absreplay.api.Job.definition()`` makes this
 definition of it. The declaration itself rides along as ``spec``, for the Spark
-runtime (``spark_jobs.dataflow``); nothing here reads it. No Spark here.
+runtime (``spark_jobs.operators.dataflow``); nothing here reads it. No Spark here.
 """
 
 from __future__ import annotations

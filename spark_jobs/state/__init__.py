@@ -1,4 +1,6 @@
-"""Keyed state on executor-local stores: the state engine, one module per role (as Spark's state package).
+"""Keyed state: on executor-local stores (the state engine, one module per role, as Spark's state package),
+or on DataFrames (``keyed_state``: their snapshots and restores, by subtask; ``state_frame``: a state read
+back as a DataFrame).
 
 - ``provider``: the driver's side. Plans an epoch's store tasks (``aggregate``), opens none itself, and
   writes or seals their snapshots (``StoreBackend``, ``StoreState``).

@@ -1,6 +1,6 @@
 """Keyed aggregates on local stores: an epoch reads and writes the keys it touches, not the state.
 
-With the ``spark`` backend (``spark_jobs.keyed_operators.aggregate``) a keyed
+With the ``spark`` backend (``spark_jobs.operators.keyed_operators.aggregate``) a keyed
 aggregate's state is one DataFrame that every epoch unions with its records and
 aggregates again: the cost of an epoch grows with the state. With the ``local``
 backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
@@ -75,11 +75,11 @@ from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
-from spark_jobs import keyed_operators as ko
+from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.state import tasks as store_tasks
-from spark_jobs.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
+from spark_jobs.state.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
 from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
-from spark_jobs.spark_types import spark_schema, spark_type
+from spark_jobs.records.spark_types import spark_schema, spark_type
 from spark_jobs.state.placement import Placement
 from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
 

@@ -2,7 +2,7 @@
 
 What Flink's RocksDB backend is to a task: the state lives beside the task, and an
 epoch reads and writes only the keys it touches, so its cost follows the epoch,
-not the state. The snapshots (Parquet under the state root, ``spark_jobs.snapshot``)
+not the state. The snapshots (Parquet under the state root, ``spark_jobs.run.snapshot``)
 stay the durable truth; a store is a cache of them that the next run reuses when
 it is exactly at the checkpoint restored (``spark_jobs.state.provider``).
 

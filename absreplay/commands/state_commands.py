@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from absreplay.context import job_context
+from absreplay.commands.context import job_context
 from absreplay.options import checkpoint_option, count_option
 from coordinator.checkpoints import state_reader
 from coordinator.errors import UsageError

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from absreplay.orchestration import stop_process_group
+from absreplay.airflow.orchestration import stop_process_group
 
 READY_TIMEOUT_S = 180
 

@@ -23,8 +23,8 @@ from coordinator.checkpoints.back_edge_logs import BackEdgeLogHandle
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
-from spark_jobs import keyed_state
-from spark_jobs.dataflow import Dataflow as LoopOperators
+from spark_jobs.state import keyed_state
+from spark_jobs.operators.dataflow import Dataflow as LoopOperators
 
 
 def empty(spark: SparkSession, ops: LoopOperators) -> DataFrame:

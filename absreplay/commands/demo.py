@@ -15,10 +15,10 @@ from typing import Any
 
 from rich.console import Console
 
-from absreplay import views
-from absreplay.context import JobContext, job_context
+from absreplay.commands import views
+from absreplay.commands.context import JobContext, job_context
 from absreplay.demo_data import DemoData
-from absreplay.submit import run_processing
+from absreplay.commands.submit import run_processing
 from coordinator.sources import source
 from coordinator.catalog.db import upgrade
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec

@@ -20,7 +20,7 @@ proceeds (ABS); ``sync`` runs it before epoch n+1 starts (the stop-the-world
 snapshot the paper compares against); ``none`` writes no state: the sink's
 output is upserted straight into its table (at-least-once) and the checkpoint
 is declined with SNAPSHOT_DISABLED, the overhead baseline. ``weak`` (a job declared
-``consistency="weak"``): ``spark_jobs.weak_snapshots``.
+``consistency="weak"``): ``spark_jobs.run.weak_snapshots``.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ from coordinator.checkpoints.lifecycle import AckResult, FailureReason
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
-from spark_jobs import back_edge_log, keyed_state
+from spark_jobs.run import back_edge_log
+from spark_jobs.state import keyed_state
 from spark_jobs.state import provider as store_backend
-from spark_jobs.dataflow import Dataflow
+from spark_jobs.operators.dataflow import Dataflow
 from spark_jobs.state.store import KEEP
 from spark_jobs.state.provider import StoreState
 

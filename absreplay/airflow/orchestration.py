@@ -40,7 +40,7 @@ from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
-    from absreplay.context import JobContext
+    from absreplay.commands.context import JobContext
     from coordinator.checkpoints.store import CheckpointStore
 
 DATABASE_URL_VARIABLE = "abs_database_url"
@@ -106,7 +106,7 @@ def run_in_task(fn: Callable[..., T], *args: Any) -> T:
 @contextmanager
 def _job(settings: Settings, job: str) -> Iterator[JobContext]:
     """The job's context (registers the job on first use); its connections are closed afterwards."""
-    from absreplay.context import job_context
+    from absreplay.commands.context import job_context
 
     ctx = job_context(job, settings)
     try:
@@ -118,7 +118,7 @@ def _job(settings: Settings, job: str) -> Iterator[JobContext]:
 @contextmanager
 def _store(settings: Settings) -> Iterator[CheckpointStore]:
     """A store on the migrated catalog, read or written without registering anything."""
-    from absreplay.context import open_store
+    from absreplay.commands.context import open_store
 
     store = open_store(settings)
     try:
@@ -147,7 +147,7 @@ def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
     """Inject barrier n (never waits for processing); ``checkpoint_id`` is None when the policy skipped it.
     Its dead letters beyond the job's ``max_dead_letter_share`` fail the task (red, not retried), the
     barrier registered all the same."""
-    from absreplay.views import format_cut
+    from absreplay.commands.views import format_cut
     from coordinator.checkpoints.policy import TriggerDecision
 
     with _job(settings, job) as ctx:
@@ -177,7 +177,7 @@ def inject_barrier(settings: Settings, job: str) -> dict[str, Any]:
 
 def finalize_checkpoints(settings: Settings, job: str) -> dict[str, Any]:
     """Expire timed-out checkpoints, commit completed ones' sinks, abort failed ones', retain, collect garbage."""
-    from absreplay.views import finalize_line
+    from absreplay.commands.views import finalize_line
 
     with _job(settings, job) as ctx:
         report = ctx.coordinator.finalize()
@@ -214,7 +214,7 @@ def python_conf(python: str | None = None) -> dict[str, str]:
 
 def pyfiles_zip(settings: Settings) -> str:
     """The ``--py-files`` zip of ``coordinator`` and ``spark_jobs``, cached under ``$ABS_HOME/pyfiles``."""
-    from absreplay.pyfiles import build_pyfiles_zip
+    from absreplay.commands.pyfiles import build_pyfiles_zip
 
     return str(build_pyfiles_zip(settings.home / "pyfiles"))
 
@@ -333,7 +333,7 @@ def validate_recovery(
 
 
 def absreplay_executable() -> str:
-    from absreplay.submit import executable
+    from absreplay.commands.submit import executable
 
     return executable("absreplay")
 

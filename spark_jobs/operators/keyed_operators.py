@@ -23,7 +23,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from absreplay.job_graph import emitted, hidden
-from spark_jobs.spark_types import spark_type
+from spark_jobs.records.spark_types import spark_type
 
 LATE_COLUMNS = ("partition", "offset", "reason", "payload")
 

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.sources.record_formats import Csv, JsonLines, ParquetFiles, RecordFormat
-from spark_jobs.spark_types import spark_schema
+from spark_jobs.records.spark_types import spark_schema
 
 POSITION = (StructField("_partition", StringType(), False), StructField("_seq", LongType(), False))
 

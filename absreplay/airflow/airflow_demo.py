@@ -1,4 +1,4 @@
-"""The demo through Airflow: the same story as ``absreplay.demo``, driven by the project's DAGs.
+"""The demo through Airflow: the same story as ``absreplay.commands.demo``, driven by the project's DAGs.
 
 On embedded defaults: a temporary AIRFLOW_HOME on SQLite (``airflow db
 migrate``), the DAGs of ``dags/``, a SQLite catalog handed to the DAGs through
@@ -27,9 +27,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from absreplay.context import job_context
-from absreplay.demo import JOB, check_exact, demo_data, finish_demo
-from absreplay.orchestration import DATABASE_URL_VARIABLE
+from absreplay.commands.context import job_context
+from absreplay.commands.demo import JOB, check_exact, demo_data, finish_demo
+from absreplay.airflow.orchestration import DATABASE_URL_VARIABLE
 from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
@@ -90,7 +90,7 @@ def isolate_airflow_home(spark_master: str = "local[2]") -> Path:
 
 
 def airflow_executable() -> str:
-    from absreplay.submit import executable
+    from absreplay.commands.submit import executable
 
     return executable("airflow")
 

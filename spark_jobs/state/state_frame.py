@@ -1,6 +1,6 @@
 """An operator's keyed state at a retained (completed) checkpoint as a Spark DataFrame, for notebooks and jobs:
 
-    from spark_jobs.state_frame import state_dataframe
+    from spark_jobs.state.state_frame import state_dataframe
     df = state_dataframe(spark, JOB, 812, OPERATOR)        # verified like a restore
     df.where(df[KEY] == value).show()
 
@@ -18,7 +18,7 @@ from absreplay.job_discovery import get_job
 from coordinator.settings import Settings
 from coordinator.checkpoints.state_reader import check_operator, check_retained
 from coordinator.checkpoints.store import CheckpointStore
-from spark_jobs.runner import EpochRunner
+from spark_jobs.run.runner import EpochRunner
 
 
 def state_dataframe(spark: SparkSession, job: str, checkpoint_id: int, operator: str | None = None,

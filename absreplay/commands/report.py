@@ -1,7 +1,7 @@
 """``absreplay report JOB [--out DIR]``: the Airflow view's charts and history in one self-contained HTML file.
 
 For users without the plugin: the same queries (``coordinator.catalog.audit``) and the
-same inline SVG charts (``absreplay.charts``), no script and nothing fetched,
+same inline SVG charts (``absreplay.commands.charts``), no script and nothing fetched,
 so the file opens from disk or a mail attachment.
 """
 
@@ -17,14 +17,14 @@ import typer
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import Engine
 
-from absreplay.charts import job_charts
-from absreplay.context import job_context
-from absreplay.views import format_bytes
+from absreplay.commands.charts import job_charts
+from absreplay.commands.context import job_context
+from absreplay.commands.views import format_bytes
 from coordinator.catalog import audit
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.store import CheckpointStore
 
-TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent.parent / "templates"),
                         autoescape=select_autoescape(["html"]))
 TEMPLATES.filters["bytes"] = format_bytes
 

@@ -12,9 +12,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from absreplay import job_listing, report, state_commands, views
+from absreplay.commands import job_listing
+from absreplay.commands import report
+from absreplay.commands import state_commands
+from absreplay.commands import views
 from absreplay.options import checkpoint_option, count_option
-from absreplay.context import JobContext, job_context, open_store_if_migrated
+from absreplay.commands.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog.db import safe_url, upgrade
 from coordinator.checkpoints import weak
 from coordinator.errors import UsageError, as_user_error
@@ -124,7 +127,7 @@ def process(
     parallelism: Parallelism = None,
 ) -> None:
     """Process every injected, unprocessed epoch in order, in one Spark application."""
-    from absreplay.submit import run_processing
+    from absreplay.commands.submit import run_processing
 
     from coordinator.checkpoints import recovery
 
@@ -231,7 +234,7 @@ def rewind(
 
 def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str,
               parallelism: int | None) -> None:
-    from absreplay.submit import run_processing
+    from absreplay.commands.submit import run_processing
     from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
@@ -276,7 +279,7 @@ def verify(
 ) -> None:
     """Recompute a checkpoint's state from the sources alone and compare it with the stored snapshot.
     Exit 0 equal, 1 differs, 2 bad input, 3 could not check (a state file missing or corrupt, a failure)."""
-    from absreplay.submit import VERIFY_APP, run_processing
+    from absreplay.commands.submit import VERIFY_APP, run_processing
 
     ctx = job_context(job)
     weak.refuse(ctx.job, "verify")
@@ -296,14 +299,14 @@ def demo(
 ) -> None:
     """Run the whole story on embedded defaults and check the result against an independent recount."""
     if airflow:
-        from absreplay.airflow_demo import run_airflow_demo as run
+        from absreplay.airflow.airflow_demo import run_airflow_demo as run
     else:
-        from absreplay.demo import run_demo as run
+        from absreplay.commands.demo import run_demo as run
     if not run(out, batches, lines_per_batch):
         raise typer.Exit(1)
 
 
-app.command(name="report")(report.report)  # absreplay/report.py owns it
+app.command(name="report")(report.report)  # absreplay/commands/report.py owns it
 
 
 #: what click raises for a bad option or argument (typer carries its own click, under a private name)

@@ -3,7 +3,7 @@
 ``Dataflow.epoch`` takes every stateful operator's state n-1 and epoch n's
 records of every source, and returns state n of each (rows changed by the
 epoch stamped ``updated = n``), each sink's output, and each window's
-watermark. The operators (``spark_jobs.keyed_operators``):
+watermark. The operators (``spark_jobs.operators.keyed_operators``):
 
 - stateless map / filter / flat_map: the user's DataFrame functions;
 - keyed aggregate: one union of the state and the records' contributions, then
@@ -11,7 +11,7 @@ watermark. The operators (``spark_jobs.keyed_operators``):
   the changed rows;
 - keyed process function: the state rows of the keys the epoch touches with
   the records; its rows replace those keys'; emits them;
-- event-time window, two-input join: ``spark_jobs.keyed_operators``;
+- event-time window, two-input join: ``spark_jobs.operators.keyed_operators``;
 - iterate: head and body round by round, each round materialized, until
   ``max_rounds`` or until nothing circulates (the back-edge log).
 """
@@ -30,10 +30,10 @@ from pyspark.sql.types import StructType
 
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.types import ddl
-from spark_jobs import keyed_operators as ko
-from spark_jobs.epoch_source import keeps_input_file
-from spark_jobs.record_parsing import record_schema
-from spark_jobs.spark_types import spark_schema
+from spark_jobs.operators import keyed_operators as ko
+from spark_jobs.records.epoch_source import keeps_input_file
+from spark_jobs.records.record_parsing import record_schema
+from spark_jobs.records.spark_types import spark_schema
 from spark_jobs.state import provider as store_backend
 from spark_jobs.state.provider import StoreState
 

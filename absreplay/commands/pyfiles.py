@@ -3,7 +3,7 @@
 A cluster-mode driver and every executor need the project's packages
 importable, and the packages of the jobs installed as plugins (entry points,
 ``absreplay.job_discovery``); the jobs folder's files are not packages: their
-functions travel pickled by value (``spark_jobs.dataflow``). The zip holds their ``.py`` files only, is
+functions travel pickled by value (``spark_jobs.operators.dataflow``). The zip holds their ``.py`` files only, is
 content-addressed (``absreplay-pyfiles-<sha256 prefix>.zip``) and byte-for-byte
 reproducible, so a cache directory (``$ABS_HOME/pyfiles`` by default) holds one
 zip per version of the code and a rebuild happens only when a source changes.

@@ -28,7 +28,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
 from coordinator.sources.record_formats import RecordFormat
-from spark_jobs.xxh64 import spark_xxhash64
+from spark_jobs.records.xxh64 import spark_xxhash64
 
 SEGMENTS_SCHEMA = StructType(
     [

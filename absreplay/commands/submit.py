@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import spark_jobs
-from absreplay.pyfiles import build_pyfiles_zip
+from absreplay.commands.pyfiles import build_pyfiles_zip
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
 

@@ -30,15 +30,15 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.sources.record_formats import ParquetFiles
 from coordinator.sinks.dead_letters import DeadLetters
-from spark_jobs import keyed_state
-from spark_jobs.dataflow import dataflow_of
-from spark_jobs.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
-from spark_jobs.progress import Steps
-from spark_jobs.record_parsing import parse, record_schema
-from spark_jobs.restore import Restored, StateRestorer
-from spark_jobs.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
+from spark_jobs.state import keyed_state
+from spark_jobs.operators.dataflow import dataflow_of
+from spark_jobs.records.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
+from spark_jobs.run.progress import Steps
+from spark_jobs.records.record_parsing import parse, record_schema
+from spark_jobs.run.restore import Restored, StateRestorer
+from spark_jobs.run.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
-from spark_jobs.weak_snapshots import WeakSnapshotWriter
+from spark_jobs.run.weak_snapshots import WeakSnapshotWriter
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ class EpochRunner:
     # -- restore -------------------------------------------------------------------
     def restore(self, checkpoint_id: int | None, heads: dict[int, int] | None = None,
                 skip: set[str] = frozenset()) -> Restored:
-        """Every operator's state at ``checkpoint_id`` (``spark_jobs.restore``); ``skip``: operators whose
+        """Every operator's state at ``checkpoint_id`` (``spark_jobs.run.restore``); ``skip``: operators whose
         stores' tasks load it themselves (their chains are read from the catalog, not their files)."""
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore(
             checkpoint_id, heads, skip)
@@ -234,7 +234,7 @@ class EpochRunner:
                                    restored.links[operator], self.job.parallelism, spec.identity)
 
     def restore_weak(self, point: int | None, heads: dict[str, int | None], skip: set[str]) -> Restored:
-        """A weak job's operators, each at its own head (``spark_jobs.restore``)."""
+        """A weak job's operators, each at its own head (``spark_jobs.run.restore``)."""
         return StateRestorer(self.spark, self.store, self.job, self.flow, self.max_parallelism).restore_weak(
             point, heads, skip)
 
@@ -247,7 +247,7 @@ class EpochRunner:
                 if (x.partition if isinstance(x, SourceSegment) else x[0]).split("/", 1)[0] == name]
 
     def read_records(self, plan: EpochPlan) -> dict:
-        """The epoch's records of every source, parsed (``spark_jobs.record_parsing``)."""
+        """The epoch's records of every source, parsed (``spark_jobs.records.record_parsing``)."""
         records = {}
         for name, fmt in self.job.sources:
             segments, dead = self._of_source(name, plan.segments), self._of_source(name, plan.dead_offsets)

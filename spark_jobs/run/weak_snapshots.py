@@ -5,8 +5,8 @@ so no run reads it again; the epoch's output goes straight into the sinks, whose
 ack; and on the writer thread each stateful operator writes its snapshot, incremental
 on its own last one, and acks alone, in its own transaction, with no alignment. One
 whose snapshot fails keeps its previous one (its ``base``) and the others' stand; a run
-restores each operator from its own latest ack (``spark_jobs.restore.restore_weak``).
-The files, seals and handles are the aligned writer's (``spark_jobs.snapshot``).
+restores each operator from its own latest ack (``spark_jobs.run.restore.restore_weak``).
+The files, seals and handles are the aligned writer's (``spark_jobs.run.snapshot``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from coordinator.checkpoints.state_handle import StateHandle
 from coordinator.dataflow.graph import OperatorKind
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
-from spark_jobs.snapshot import Epoch, SnapshotTiming, SnapshotWriter
+from spark_jobs.run.snapshot import Epoch, SnapshotTiming, SnapshotWriter
 
 
 @dataclass

@@ -13,8 +13,9 @@ from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
-from spark_jobs import back_edge_log, keyed_state
-from spark_jobs.dataflow import Dataflow
+from spark_jobs.run import back_edge_log
+from spark_jobs.state import keyed_state
+from spark_jobs.operators.dataflow import Dataflow
 
 
 def log(msg: str) -> None:

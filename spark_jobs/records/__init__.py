@@ -1,0 +1,1 @@
+"""Sources' records as Spark reads them: epoch tagging, parsing, Spark types, file-name hashes."""

@@ -1,0 +1,1 @@
+"""The driver's side of one processing run: epochs in order, restore, snapshots, progress."""
