@@ -21,7 +21,8 @@ per key). Every keyed operator keeps its own state, snapshotted and restored on
 its own; a sink takes one stream, two-phase, exactly once.
 
 Types are Python types (``str``, ``int`` (64-bit), ``float``, ``bool``,
-``list[int]``) or Spark DDL names (``"string"``, ``"array<long>"``).
+``datetime.datetime`` (a timestamp), ``list[int]``) or Spark DDL names (``"string"``,
+``"timestamp"``, ``"array<long>"``).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from typing import Any
 
 from absreplay.declaration import (
     Aggregate,
+    IntervalJoin,
     JobDeclaration,
     Loop,
     Node,
+    Session,
     Sliding,
     Transform,
     Tumbling,
@@ -43,32 +46,49 @@ from absreplay.declaration import (
 from absreplay.demo_data import DemoData
 from absreplay.job_graph import build_definition
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
+from coordinator.dataflow.ttl import check_ttl_epochs, check_ttl_ms
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
+from coordinator.sources.delta_source import DeltaSource
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
 
 __all__ = [
-    "Aggregate", "CheckpointPolicy", "Csv", "DeltaTable", "DemoData", "IdStorePolicy", "Job", "JsonLines",
-    "KeyedStream", "LineCheck", "Loop", "ParquetDirectory", "Sliding", "SqlTable", "Stream", "TextLines", "Tumbling",
-    "combine", "count", "json_lines", "csv", "max", "mean", "min", "parquet", "sum",
+    "Aggregate", "CheckpointPolicy", "Csv", "DeltaSource", "DeltaTable", "DemoData", "IdStorePolicy", "Job",
+    "JsonLines", "KeyedStream", "LineCheck", "Loop", "ParquetDirectory", "Session", "Sliding", "SqlTable", "Stream",
+    "TextLines", "Tumbling",
+    "combine", "count", "delta_source", "json_lines", "csv", "max", "mean", "min", "parquet", "sum",
 ]
 
 
 def json_lines(fields: Types, time: str | None = None, id: str | None = None) -> JsonLines:  # noqa: A002
-    """JSON objects, one a line, with these fields; ``time``: the event-time field (epoch ms); ``id``: the
-    records' id field: a record whose id was seen already is a dead letter (exactly once for sources
-    that resend)."""
+    """JSON objects, one a line, with these fields; ``time``: the event-time field, declared ``int`` (epoch ms)
+    or ``datetime`` / ``"timestamp"`` (ISO-8601 strings, read as Spark reads them, UTC without an offset:
+    ``coordinator.sources.event_time``); ``id``: the records' id field: a record whose id was seen already
+    is a dead letter (exactly once for sources that resend)."""
     return JsonLines(schema(fields), time, id)
 
 
 def csv(fields: Types, time: str | None = None, delimiter: str = ",") -> Csv:
+    """Comma-separated values, the declared fields in order; ``time`` as for ``json_lines``."""
     return Csv(schema(fields), time, delimiter)
 
 
 def parquet(fields: Types, time: str | None = None) -> ParquetFiles:
-    """Parquet segment files, one record a row, with these columns (others are not read)."""
+    """Parquet segment files, one record a row, with these columns (others are not read); ``time``: an
+    ``int`` column (epoch ms) or a ``datetime`` one (Parquet timestamps in ms or us, UTC without a zone)."""
     return ParquetFiles(schema(fields), time)
+
+
+def delta_source(uri: str, fields: Types, time: str | None = None,
+                 storage_options: dict[str, str] | None = None, from_version: int = 0) -> DeltaSource:
+    """The rows appended to the Delta table at ``uri`` (a path, ``file://``, ``s3://``...), with these
+    columns (others are not read): each new table version is a segment, a barrier's cut the version it
+    reached; a version that deletes, updates, merges or overwrites is refused at inject
+    (``coordinator.sources.delta_source``). ``storage_options``: delta-rs' options for the table's
+    storage; ``from_version``: the first version read (earlier versions' rows are not records of the job)."""
+    return DeltaSource(schema(fields), time, uri=uri, storage_options=tuple(sorted((storage_options or {}).items())),
+                       from_version=from_version)
 
 
 # -- keyed aggregates -------------------------------------------------------------------------------
@@ -97,6 +117,12 @@ def combine(value: Callable[[], Any], merge: Callable[[Any], Any], type: type | 
     """A user-defined combiner: ``value()`` returns a Column over a record, ``merge`` an aggregate
     function of a Column (e.g. ``lambda c: F.bit_or(c)``)."""
     return Aggregate("combine", ddl(type), None, value, merge)
+
+
+def ttl_options(operator: str, ttl_epochs: object, ttl_ms: object, time: object) -> dict[str, Any]:
+    """A keyed operator's state TTL as ``Node`` fields, checked (ValueError at declaration)."""
+    ms = check_ttl_ms(operator, ttl_ms, time, ttl_epochs)
+    return {"ttl_epochs": check_ttl_epochs(operator, ttl_epochs), "ttl_ms": ms, "time": time if ms else ""}
 
 
 # -- the builder ----------------------------------------------------------------------------------
@@ -149,28 +175,49 @@ class KeyedStream:
         self._job.add_node(node)
         return Stream(self._job, node.name)
 
-    def aggregate(self, name: str, **aggregates: Aggregate) -> Stream:
-        """Per key, the named aggregates over every record so far; emits the changed keys' rows."""
+    def aggregate(self, name: str, ttl_epochs: int | None = None, ttl_ms: int | None = None,
+                  time: str | None = None, **aggregates: Aggregate) -> Stream:
+        """Per key, the named aggregates over every record so far; emits the changed keys' rows.
+        ``ttl_epochs=N``: a key that takes no record for N epochs is dropped (a delete in its sinks); a
+        later record starts it again from nothing. ``ttl_ms=T, time="ts"``: in event time, a key whose
+        newest record is T ms or more behind the operator's watermark is dropped
+        (``coordinator.dataflow.ttl``)."""
         if not aggregates:
             raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. count=abs.count()")
-        return self._keyed(Node(name, "aggregate", aggregates=dict(aggregates)))
+        return self._keyed(Node(name, "aggregate", aggregates=dict(aggregates), **ttl_options(
+            name, ttl_epochs, ttl_ms, time)))
 
-    def process(self, name: str, fn: Callable[..., Any], state: Types) -> Stream:
+    def process(self, name: str, fn: Callable[..., Any], state: Types, ttl_epochs: int | None = None,
+                ttl_ms: int | None = None, time: str | None = None) -> Stream:
         """Keyed process function, epoch-batched: ``fn(state, records)`` gets the state rows of the
         keys the epoch's records touch and those records, and returns the new state rows (key and
-        ``state`` columns) of the keys whose state changed; other keys keep theirs. Emits them."""
-        return self._keyed(Node(name, "process", fn=fn, state=schema(state)))
+        ``state`` columns) of the keys whose state changed; other keys keep theirs. Emits them.
+
+        Deletes: a returned row with a boolean column ``_delete`` true deletes its key: it leaves the
+        state, and each upsert sink of this operator deletes the key's row in that checkpoint's commit
+        (the emitted row carries ``_delete`` true). ``_delete`` false or null, or no such column: the
+        row is the key's new state.
+
+        ``ttl_epochs=N``: a key for which ``fn`` returns no row for N epochs is dropped, as if deleted;
+        ``ttl_ms=T, time="ts"``: in event time (``coordinator.dataflow.ttl``)."""
+        return self._keyed(Node(name, "process", fn=fn, state=schema(state), **ttl_options(
+            name, ttl_epochs, ttl_ms, time)))
 
     def iterate(self, name: str, loop: Loop, state: Types) -> Stream:
         return self._keyed(Node(name, "iterate", loop=loop, state=schema(state)))
 
-    def window(self, name: str, window: Tumbling | Sliding, time: str, delay_ms: int = 0,
+    def window(self, name: str, window: Tumbling | Sliding | Session, time: str, delay_ms: int = 0,
                allowed_lateness_ms: int = 0, **aggregates: Aggregate) -> Stream:
         """Event-time windows per key. The watermark is the largest event time seen (column ``time``,
-        epoch ms) minus ``delay_ms``, advanced once per epoch; a window's result is emitted once,
+        epoch ms, or a timestamp as its epoch ms) minus ``delay_ms``, advanced once per epoch; a window's result is emitted once,
         in the first epoch whose watermark passes its end plus ``allowed_lateness_ms``. A record
         whose every window was emitted already is a dead letter, with its reason. Emits
-        (key..., window_start, window_end, aggregates...)."""
+        (key..., window_start, window_end, aggregates...).
+
+        ``abs.Session(gap_ms=...)``: per key, a session is [first event time, last event time + gap);
+        a record bridging two sessions merges them. It is emitted once, in the first epoch whose
+        watermark is at or past its end plus ``allowed_lateness_ms``; a record for a session emitted
+        already is a dead letter (``spark_jobs.operators.session_windows``)."""
         if not aggregates:
             raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. views=abs.count()")
         return self._keyed(Node(name, "window", aggregates=dict(aggregates), window=window, time=time,
@@ -184,6 +231,34 @@ class KeyedStream:
         if [t for _, t in other._key] != [t for _, t in self._key]:
             raise ValueError(f"join {name!r}: the two sides' keys differ in type: {self._key} and {other._key}")
         return self._keyed(Node(name, "join", inputs=(other._node,), other_key=other._key))
+
+    def interval_join(self, name: str, other: KeyedStream, time: str | tuple[str, str], lower_ms: int,
+                      upper_ms: int, how: str = "inner", delay_ms: int = 0) -> Stream:
+        """A stream-stream join on key and event time (``spark_jobs.operators.interval_join``): a row of
+        this stream at ta and one of ``other``'s at tb, of the same key, match when
+        tb - ``lower_ms`` <= ta <= tb + ``upper_ms``; each matching pair is emitted once, in the epoch
+        where the later of the two arrives (other's columns added, a name both have gets the suffix
+        ``_right``). ``time``: the event-time column of both, or (this one's, other's).
+
+        The watermark is the smaller of the two inputs' newest event times minus ``delay_ms``, advanced
+        once per epoch (none until both inputs sent a record). A row of either side whose event time is
+        below the watermark before its epoch is a dead letter with its reason (rows it would match may
+        have left the state); a left row leaves the state once the watermark passes ta + ``lower_ms``, a
+        right row once it passes tb + ``upper_ms``. ``how="left"``: a left row that matched nothing is
+        emitted once with nulls on the right, in the epoch its row leaves the state."""
+        if [t for _, t in other._key] != [t for _, t in self._key]:
+            raise ValueError(f"interval join {name!r}: the two sides' keys differ in type: {self._key} and "
+                             f"{other._key}")
+        left_time, right_time = (time, time) if isinstance(time, str) else time
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+            raise ValueError(f"interval join {name!r}: delay_ms={delay_ms!r} must be a number of milliseconds, "
+                             f"0 or more")
+        try:
+            bounds = IntervalJoin(right_time, lower_ms, upper_ms, how)
+        except ValueError as exc:
+            raise ValueError(f"interval join {name!r}: {str(exc).removeprefix('interval join: ')}") from None
+        return self._keyed(Node(name, "interval_join", inputs=(other._node,), other_key=other._key,
+                                time=left_time, delay_ms=delay_ms, interval=bounds))
 
 
 class Job(JobDeclaration):

@@ -86,13 +86,47 @@ class Sliding:
     slide_ms: int
 
 
+@dataclass(frozen=True)
+class Session:
+    """Event-time sessions per key (``spark_jobs.operators.session_windows``): a record at event time t
+    spans [t, t + ``gap_ms``); records whose spans overlap are one session, so a session is
+    [its first event time, its last + gap) and a record that bridges two sessions merges them."""
+
+    gap_ms: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gap_ms, bool) or not isinstance(self.gap_ms, int) or self.gap_ms <= 0:
+            raise ValueError(f"abs.Session(gap_ms={self.gap_ms!r}): the gap is a positive number of milliseconds")
+
+
+@dataclass(frozen=True)
+class IntervalJoin:
+    """An interval join's bounds and kind (``spark_jobs.operators.interval_join``): a left row at event time
+    ta and a right row of the same key at tb match when tb - ``lower_ms`` <= ta <= tb + ``upper_ms``;
+    ``right_time``: the right input's event-time column; ``how``: "inner", or "left" (a left row that
+    matched nothing is emitted once with nulls on the right)."""
+
+    right_time: str
+    lower_ms: int
+    upper_ms: int
+    how: str = "inner"
+
+    def __post_init__(self) -> None:
+        for what, ms in (("lower_ms", self.lower_ms), ("upper_ms", self.upper_ms)):
+            if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+                raise ValueError(f"interval join: {what}={ms!r} must be a number of milliseconds, 0 or more")
+        if self.how not in ("inner", "left"):
+            raise ValueError(f"interval join: how={self.how!r} must be 'inner' or 'left'")
+
+
 # -- the graph --------------------------------------------------------------------------------------
 @dataclass
 class Node:
     """One operator of the declared graph."""
 
     name: str
-    kind: str  # source | map | filter | flat_map | aggregate | process | iterate | window | join | sink
+    #: source | map | filter | flat_map | aggregate | process | iterate | window | join | interval_join | sink
+    kind: str
     inputs: tuple[str, ...] = ()
     fn: Transform | None = None
     key: Schema = ()
@@ -100,7 +134,7 @@ class Node:
     state: Schema = ()
     loop: Loop | None = None
     format: RecordFormat | None = None
-    window: Tumbling | Sliding | None = None
+    window: Tumbling | Sliding | Session | None = None
     time: str = ""
     delay_ms: int = 0
     lateness_ms: int = 0
@@ -108,6 +142,13 @@ class Node:
     columns: Schema | None = None
     #: a join: the other input's key columns, in the order of this one's
     other_key: Schema = ()
+    #: an interval join's bounds (``kind`` "interval_join"; ``time`` is the left input's event time)
+    interval: IntervalJoin | None = None
+    #: an aggregate's or process function's state TTL: a key no epoch writes for this many epochs is
+    #: dropped (``coordinator.dataflow.ttl``); None: kept for ever
+    ttl_epochs: int | None = None
+    #: or in event time: a key whose newest event time (column ``time``) is this far behind the watermark
+    ttl_ms: int | None = None
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -123,8 +164,8 @@ def declared_names(node: Node) -> list[tuple[str, str]]:
     """Each name the node brings into the graph, with what it is declared as: a window's late-record
     sink and a loop's body and tail are operators of their own, kept in the catalog like any."""
     names = [(node.name, node.kind if node.kind in ("source", "sink") else "operator")]
-    if node.kind == "window":
-        names.append((late_sink_name(node.name), f"window {node.name!r}: late-record sink"))
+    if node.kind in ("window", "interval_join"):
+        names.append((late_sink_name(node.name), f"{node.kind.replace('_', ' ')} {node.name!r}: late-record sink"))
     if node.loop is not None:
         names += [(node.loop.body_name, "loop body"), (node.loop.tail_name, "loop tail")]
     return names

@@ -4,19 +4,27 @@ a ValueError names the operator and what is wrong with it."""
 
 from __future__ import annotations
 
-from absreplay.declaration import JobDeclaration, Node, late_sink_name
+from absreplay.declaration import JobDeclaration, Node, Session, late_sink_name
+from coordinator.dataflow.ttl import check_consistency, event_columns
 from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.sinks.dead_letters import DeadLetters
+from coordinator.sinks.deletes import DELETE
 from coordinator.types import Schema
 
 STATELESS = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
 KEYED = {"aggregate": OperatorKind.KEYED_REDUCE, "process": OperatorKind.STATEFUL_MAP,
-         "window": OperatorKind.KEYED_AGGREGATE, "join": OperatorKind.CO_PROCESS}
+         "window": OperatorKind.KEYED_AGGREGATE, "join": OperatorKind.CO_PROCESS,
+         "interval_join": OperatorKind.CO_PROCESS}
+#: keyed operators with a late-record sink of their own (their dead letters)
+WITH_LATE = ("window", "interval_join")
 #: keyed operators whose output is their changed state rows (an upsert stream)
 UPSERTS = ("aggregate", "process", "iterate")
 WINDOW_BOUNDS: Schema = (("window_start", "long"), ("window_end", "long"))
+#: a session window's state column, not emitted: true for a session emitted already, kept until no record
+#: can reach it (``spark_jobs.operators.session_windows``)
+SESSION_EMITTED = "session__emitted"
 
 
 def hidden(name: str, part: str) -> str:
@@ -25,8 +33,14 @@ def hidden(name: str, part: str) -> str:
 
 
 def emitted(columns: list[str] | tuple[str, ...]) -> list[str]:
-    """The columns an operator emits of its state: all but hidden ones and ``updated``."""
-    return [c for c in columns if "__" not in c and c != "updated"]
+    """The columns an operator emits of its state: all but hidden ones, ``updated`` and the tombstone marker."""
+    return [c for c in columns if "__" not in c and c not in ("updated", DELETE)]
+
+
+def deletes_keys(node: Node) -> bool:
+    """Whether the operator's state can lose keys, as tombstones (``coordinator.sinks.deletes``): a process
+    function (its rows with ``_delete`` true), an operator with a state TTL (``coordinator.dataflow.ttl``)."""
+    return node.kind == "process" or node.ttl_epochs is not None or node.ttl_ms is not None
 
 
 def aggregate_columns(node: Node) -> Schema:
@@ -41,12 +55,17 @@ def aggregate_columns(node: Node) -> Schema:
 def state_spec(node: Node) -> StateSpec:
     key = node.key_names
     if node.kind == "window":
-        columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), ("updated", "long"))
+        emitted_flag = ((SESSION_EMITTED, "boolean"),) if isinstance(node.window, Session) else ()
+        columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), *emitted_flag, ("updated", "long"))
         return StateSpec(node.name, "window", columns, (*key, "window_start"), key, incremental=False)
     if node.kind == "join":
         return StateSpec(node.name, "join", None, (*key, "_side", "_seq"), key, incremental=False)
-    values = aggregate_columns(node) if node.kind == "aggregate" else node.state
-    return StateSpec(node.name, node.kind, (*node.key, *values, ("updated", "long")), key, key)
+    if node.kind == "interval_join":  # buffered rows, by their source position (spark_jobs.operators.interval_join)
+        return StateSpec(node.name, "interval_join", None, (*key, "_side", "_partition", "_seq", "_n"), key,
+                         incremental=False)
+    values = (*(aggregate_columns(node) if node.kind == "aggregate" else node.state), *event_columns(node))
+    marker = ((DELETE, "boolean"),) if deletes_keys(node) else ()
+    return StateSpec(node.name, node.kind, (*node.key, *values, *marker, ("updated", "long")), key, key)
 
 
 def output_schema(node: Node) -> Schema | None:
@@ -76,13 +95,10 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
         raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns {missing} are not among "
                          f"{', '.join(known) or 'the declared ones'}")
     upsert = src.kind in UPSERTS
-    if upsert:
-        if len(src.key) != 1:
-            raise ValueError(f"job {job.name!r}, sink {node.name!r}: an upsert sink needs a one-column key")
-        if wanted[0][0] != src.key_names[0]:
-            raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
-                             f"{src.key_names[0]!r}")
-    return SinkSpec(node.name, node.target, wanted, src.key_names[0] if upsert else None, src.name,
+    if upsert and tuple(c for c, _ in wanted[:len(src.key)]) != src.key_names:
+        raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
+                         f"{', '.join(map(repr, src.key_names))}")
+    return SinkSpec(node.name, node.target, wanted, src.key_names if upsert else None, src.name,
                     from_state=upsert)
 
 
@@ -103,6 +119,7 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     if not sinks:
         raise ValueError(f"job {job.name!r} declares no sink: .sink(name, abs.SqlTable(table))")
     loops = [n for n in keyed if n.kind == "iterate"]
+    check_consistency(job.name, [n.name for n in keyed if n.ttl_epochs or n.ttl_ms], job.consistency)
     if loops and len(keyed) > 1:
         raise ValueError(f"job {job.name!r}: a job with an iterate loop has no other keyed operator (yet)")
     operators: list[Operator] = []
@@ -127,7 +144,7 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
             continue
         else:
             operators.append(Operator(node.name, KEYED[node.kind], p))
-            if node.kind == "window":  # its late records go to the dead letters, two-phase like any sink
+            if node.kind in WITH_LATE:  # its late records go to the dead letters, two-phase like any sink
                 operators.append(Operator(late_sink_name(node.name), OperatorKind.SINK, p))
                 edges.append(Edge(node.name, late_sink_name(node.name), Partitioning.FORWARD))
         hashed = node.kind in (*KEYED, "iterate")
@@ -139,7 +156,7 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     return JobDefinition(
         name=job.name, description=job.description, graph=graph,
         states=tuple(state_spec(n) for n in keyed),
-        sinks=(*(_sink(job, n) for n in sinks), *(late_sink(n) for n in keyed if n.kind == "window")),
+        sinks=(*(_sink(job, n) for n in sinks), *(late_sink(n) for n in keyed if n.kind in WITH_LATE)),
         sources=tuple((n.name, n.format) for n in sources), policy=job.policy,
         barrier_interval_minutes=job.barrier_interval_minutes, id_store=job.id_store,
         loop_rounds=loops[0].loop.rounds if loops else 4, consistency=job.consistency,

@@ -48,8 +48,14 @@ class RunProfile:
     def _status(self):
         return self.spark.sparkContext._jsc.sc().statusStore()
 
+    def _stages(self):
+        """Every stage Spark keeps (``AppStatusStore.stageList``, its Scala defaults spelled out for py4j)."""
+        st = self._status()
+        return st.stageList(None, False, False, getattr(st, "stageList$default$4")(),
+                            getattr(st, "stageList$default$5")())
+
     def _stage_ids(self) -> set[int]:
-        stages = self._status().stageList(None)
+        stages = self._stages()
         return {int(stages.apply(i).stageId()) for i in range(stages.size())}
 
     def _job_ids(self) -> set[int]:
@@ -68,7 +74,7 @@ class RunProfile:
         event.remove(self.engine, "before_cursor_execute", self._before)
         event.remove(self.engine, "after_cursor_execute", self._after)
         self.jobs = len(self._job_ids() - self._jobs_before)
-        stages = self._status().stageList(None)
+        stages = self._stages()
         for i in range(stages.size()):
             s = stages.apply(i)
             if int(s.stageId()) in self._stages_before:

@@ -1,12 +1,14 @@
 """Column types of declared schemas (state, sinks), and what they are in Arrow and in SQL.
 
-A declared type is a Python type (``str``, ``int`` (64-bit), ``float``, ``bool``, ``list[int]``)
-or a Spark DDL name; it is kept as the DDL name, which every layer maps to its own type
-(``spark_jobs.records.spark_types`` to Spark's). No Spark here.
+A declared type is a Python type (``str``, ``int`` (64-bit), ``float``, ``bool``,
+``datetime.datetime`` (a timestamp: an instant, in microseconds), ``list[int]``) or a Spark DDL name;
+it is kept as the DDL name, which every layer maps to its own type (``spark_jobs.records.spark_types``
+to Spark's). No Spark here.
 """
 
 from __future__ import annotations
 
+import datetime
 import types as _pytypes
 from typing import get_args, get_origin
 
@@ -16,7 +18,7 @@ import sqlalchemy as sa
 #: (column, DDL type) pairs, in order
 Schema = tuple[tuple[str, str], ...]
 
-_PYTHON = {str: "string", int: "long", float: "double", bool: "boolean"}
+_PYTHON = {str: "string", int: "long", float: "double", bool: "boolean", datetime.datetime: "timestamp"}
 _ARROW = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(),
           "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
 _SQL = {"string": sa.Text, "long": sa.BigInteger, "int": sa.Integer, "double": sa.Float(53),
@@ -33,7 +35,7 @@ def ddl(t: type | str | _pytypes.GenericAlias) -> str:
         return _PYTHON[t]
     elif get_origin(t) is list and len(get_args(t)) == 1:
         return f"array<{ddl(get_args(t)[0])}>"
-    raise ValueError(f"unsupported column type {t!r}: use str, int, float, bool, list[...] "
+    raise ValueError(f"unsupported column type {t!r}: use str, int, float, bool, datetime, list[...] "
                      f"or one of {', '.join(sorted(_ARROW))}")
 
 

@@ -2,12 +2,15 @@
 
 Wiring only. Scheduled on the job's barrier asset, one run at a time: a run
 replays all pending epochs in order (catch-up), so barriers injected while a
-run was busy or failing are processed by the next one. SparkSubmitOperator
-(connection ``spark_default``, whose host/port give the master) runs
-``spark_jobs/process.py``; the project's code travels as a ``--py-files`` zip
+run was busy or failing are processed by the next one. A SparkSubmitOperator
+(``lineage.ProcessingRun``, which reports the job's sources and sinks to
+OpenLineage; connection ``spark_default``, whose host/port give the master)
+runs ``spark_jobs/process.py``; the project's code travels as a ``--py-files`` zip
 and the catalog settings reach the driver as environment variables. Every
 runtime value (zip, Python, settings) is rendered when the task runs, through
 the macros of ``orchestration.spark_submit_macros``, never at parse time.
+``finalize`` emits an event of each sink's asset it committed to, through the job's
+alias (``sink_assets.sink_alias``), and none for a sink it committed nothing to.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, dag, task
 
-from absreplay.airflow import orchestration
+from absreplay.airflow import orchestration, sink_assets
+from absreplay.airflow.lineage import ProcessingRun
 from absreplay.commands.submit import PROCESS_APP
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
@@ -40,8 +43,13 @@ the state of the latest completed checkpoint:
    cluster mode: `spark.yarn.appMasterEnv.*` / `spark.kubernetes.driverEnv.*`). The run's
    parallelism is the worker's `ABS_PARALLELISM`, else the job's own; a change redistributes
    the state by key groups.
+   Its lineage (sources in, sinks out, with their schemas) goes to OpenLineage when the
+   provider's transport is configured (`[openlineage] transport`).
 2. `finalize` — commit the sinks of completed checkpoints, abort failed ones',
    expire timed-out checkpoints, apply retention, delete unreferenced state.
+   Every sink that received a commit gets one event of its asset (through the alias
+   `{alias}`): its URI is the sink's location, its extra the checkpoints committed,
+   `rows` and `high_water_marks`. A finalize that committed nothing emits nothing.
 
 Param `snapshot_mode`: `async` (ABS, default), `sync` (stop-the-world) or `none`.
 """
@@ -68,10 +76,12 @@ def epochs_dag(job: JobDefinition) -> DAG:
             ),
         },
         user_defined_macros=orchestration.spark_submit_macros(),
-        doc_md=orchestration.weak_note(job) + DOC.format(job=job.name, asset=asset.name),
+        doc_md=orchestration.weak_note(job) + DOC.format(job=job.name, asset=asset.name,
+                                                         alias=sink_assets.sink_alias_name(job.name)),
     )
     def epochs() -> None:
-        process = SparkSubmitOperator(
+        process = ProcessingRun(
+            job_name=job.name,
             task_id="process_epochs",
             conn_id="spark_default",
             application=str(PROCESS_APP),
@@ -82,10 +92,11 @@ def epochs_dag(job: JobDefinition) -> DAG:
             name=f"absreplay-{job.name}",
         )
 
-        @task
-        def finalize() -> dict[str, Any]:
+        @task(outlets=[sink_assets.sink_alias(job.name)])
+        def finalize(outlet_events: Any = None) -> dict[str, Any]:
             report = orchestration.run_in_task(orchestration.finalize_checkpoints, job.name)
             print(report["message"])
+            sink_assets.publish_sink_commits(outlet_events, job.name, report["sink_commits"])
             return report
 
         process >> finalize()

@@ -3,7 +3,8 @@
 Wiring only. ``validate_request`` checks the form against the catalog (reads
 only) and pins the checkpoint; ``run_recovery`` calls the command line's
 recovery entry (``absreplay recover`` or ``absreplay rewind``) and fails with
-its message when it fails. Bad input fails the run without a retry.
+its message when it fails, and emits an event of each sink's asset it committed to
+(``sink_assets.publish_sink_commits``). Bad input fails the run without a retry.
 
 A job declared ``consistency="weak"`` gets no recover DAG: it has no consistent
 checkpoint to go back to (``coordinator.checkpoints.weak``).
@@ -16,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, dag, task
 
-from absreplay.airflow import orchestration
+from absreplay.airflow import orchestration, sink_assets
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 
@@ -38,10 +39,18 @@ Manual only. Fill in the form:
 - **fallback** — if a state file of the checkpoint is missing or corrupt,
   recover from the previous completed checkpoint instead (the recovery row says so).
 
+A refused request (a checkpoint that is not COMPLETED, a processing run holding
+the job's lease) changes nothing and is a `REFUSED` row in `recoveries` with
+its reason and this run's id.
+
 The run calls `absreplay recover {job} --checkpoint N --mode M` or
 `absreplay rewind {job} --to N`; the recovery is audited in the catalog
 (`absreplay recoveries {job}`, or `SELECT * FROM recoveries`).
 Find checkpoint ids with `absreplay checkpoints {job}` or the `snapshot_history` view.
+
+What the recovery commits to a sink (the replays' output, staged output it settles) emits
+one event of the sink's asset, through the alias `{alias}`, as `finalize` of
+`abs_{job}_epochs` does; a recovery that commits nothing to a sink emits nothing for it.
 """
 
 PARAMS = {
@@ -71,22 +80,24 @@ def recover_dag(job: JobDefinition) -> DAG:
         tags=["absreplay", job.name, "recovery"],
         default_args={"owner": "absreplay", "retries": 1, "retry_delay": timedelta(seconds=10)},
         params=PARAMS,
-        doc_md=DOC.format(job=job.name),
+        doc_md=DOC.format(job=job.name, alias=sink_assets.sink_alias_name(job.name)),
     )
     def recover() -> None:
         @task
-        def validate_request(params: dict[str, Any] | None = None) -> dict[str, Any]:
+        def validate_request(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
             assert params is not None
             request = orchestration.run_in_task(
                 orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"],
-                params.get("fallback", False),
+                params.get("fallback", False), run_id,
             )
             print(f"recovery request: {request}")
             return request
 
-        @task
-        def run_recovery(request: dict[str, Any]) -> str:
-            return orchestration.run_in_task(orchestration.run_recovery, request)
+        @task(outlets=[sink_assets.sink_alias(job.name)])
+        def run_recovery(request: dict[str, Any], outlet_events: Any = None) -> str:
+            output, sink_commits = orchestration.run_in_task(orchestration.run_recovery_publishing, request)
+            sink_assets.publish_sink_commits(outlet_events, job.name, sink_commits)
+            return output
 
         run_recovery(validate_request())
 

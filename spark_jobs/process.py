@@ -17,7 +17,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from coordinator.checkpoints import recovery, rescale, weak
+from coordinator.checkpoints import recovery, rescale, run_plan, weak
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
@@ -46,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint", type=positive_arg, default=None)
     parser.add_argument("--mode", choices=["full", "partial"], default="full")
     parser.add_argument("--fallback", action="store_true")
+    parser.add_argument("--airflow-run-id", default=None, help="the recover DAG's run that asked (the recoveries row)")
     return parse(parser, argv)
 
 
@@ -76,17 +77,9 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
         weak.refuse(job, args.recovery)
     weak.check_run(job, args.snapshot_mode, args.restore_from)
     if args.recovery:
-        request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback)
+        request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback,
+                                  args.airflow_run_id)
         recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
-    else:
-        # an unknown or unusable --restore-from is bad input (exit 2); nothing to do: no SparkSession
-        if job.consistency == "weak":
-            base = weak.consumed_through(store, job)
-        else:
-            base = recovery.resolve(store, job.name, args.restore_from) or 0
-        if not store.pending_after(job.name, base):
-            print(f"{job.name}: no pending epochs after checkpoint {base}", flush=True)
-            return 0
 
     from spark_jobs.run.executor_loss import restarting_after_lost_executors
     from spark_jobs.recover import run_recovery
@@ -97,6 +90,11 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     mode = SnapshotMode(args.snapshot_mode)
     with processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S) as token:
         store = store.fenced(token)  # from here on, a run whose lease was taken over cannot write
+        # what the run does, read once under the lease (an unknown --restore-from: exit 2); nothing to do: no Spark
+        plan = None if args.recovery else run_plan.read(store, job, args.restore_from, args.max_epochs)
+        if plan is not None and not plan.epochs:
+            print(f"{job.name}: no pending epochs after checkpoint {plan.restore_point or 0}", flush=True)
+            return 0
         own_session = spark is None
         if own_session:
             spark = build_session(f"absreplay-{job.name}", job.parallelism)
@@ -104,9 +102,10 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
             if args.recovery:
                 report = run_recovery(spark, store, job, settings, request, mode)
             else:
+                # a restart after a lost executor reads its plan afresh: from the newest completed checkpoint
                 report = restarting_after_lost_executors(job.name, lambda first: EpochRunner(
                     spark, store, job, settings.data_dir, settings.state_uri, mode=mode,
-                    restore_from=args.restore_from if first else None, max_epochs=args.max_epochs,
+                    max_epochs=args.max_epochs, plan=plan if first else None,
                 ).run(), log)
         finally:
             if own_session:

@@ -30,7 +30,8 @@ from spark_jobs.run.snapshot import SnapshotMode
 
 def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition, settings: Settings,
                  request: RecoveryRequest, snapshot_mode: SnapshotMode) -> RunReport:
-    recovery_id = recovery.start(store, job.name, request.kind, request.mode, request.checkpoint)
+    recovery_id = recovery.start(store, job.name, request.kind, request.mode, request.checkpoint,
+                                 request.airflow_run_id)
     log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from checkpoint {request.checkpoint or 'latest'}")
     try:
         target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)
@@ -60,8 +61,7 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
         if restored.back_edge is not None:
             notes.append(f"replayed back-edge log {target}: {restored.back_edge_records:,} records first")
         fault_point("recovery.after_reset", target)
-        runner.restore_from = target
-        report = runner.run(restored)
+        report = runner.run(restored)  # its plan: the epochs after the restored checkpoint, read after the reset
         report.restore_s = restore_s  # read and verified above, before anything changed
         final = CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri).finalize()
         notes.append(f"resumed: {len(report.epochs)} epoch(s); committed {final.committed or 'none'}")

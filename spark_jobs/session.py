@@ -7,6 +7,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from coordinator.sources.event_time import SESSION_TIME_ZONE
+
 
 def build_session(app_name: str, parallelism: int, master: str | None = None) -> SparkSession:
     # Python workers (the local stores' tasks, users' pandas UDFs) run this interpreter, with its packages
@@ -31,4 +33,8 @@ def configure(builder: SparkSession.Builder, parallelism: int) -> SparkSession.B
         .config("spark.locality.wait", "0")
         .config("spark.sql.sources.partitionOverwriteMode", "static")
         .config("spark.sql.parquet.compression.codec", "snappy")
+        # a timestamp without a zone (an ISO-8601 string without an offset, a Parquet timestamp without
+        # one) is read in this zone, whatever the machine's: inject's plain-Python check reads it so too
+        # (coordinator.sources.event_time), and a replay on another host reads the same instant
+        .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
     )

@@ -34,7 +34,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.checkpoints import rescale, weak
-from coordinator.sources import segment_changes
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import get_job
@@ -44,6 +43,7 @@ from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 from spark_jobs.state import keyed_state
+from spark_jobs.operators import deletes, ttl
 from spark_jobs.operators.dataflow import Dataflow
 from spark_jobs.run.progress import Steps
 from spark_jobs.run.runner import EpochRunner
@@ -105,7 +105,8 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
                    f"in {time.perf_counter() - t0:.2f}s")
     report = VerifyReport(checkpoint_id, 0, 0)
     for spec in job.states:
-        compare(spec.operator, spec.key, spec.identity, stored[spec.operator], recomputed[spec.operator],
+        # a restore drops tombstones (keys that left the state): the recomputation's are dropped too
+        compare(spec.operator, spec.key, spec.identity, stored[spec.operator], deletes.live(recomputed[spec.operator]),
                 (job.parallelism, runner.max_parallelism), report)
     return report
 
@@ -130,22 +131,25 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
     fixpoint), else the same epochs again (windows, joins, process functions, and a keyed operator fed
     by another's changes). Returns (states, records read, epochs run)."""
     job, flow = runner.job, runner.flow
-    exact = any(st.kind in ("window", "join", "process") for st in job.states) or fed_by_keyed(flow)
+    exact = any(st.kind in ("window", "join", "interval_join", "process") for st in job.states) or \
+        fed_by_keyed(flow)
+    exact = exact or ttl.has_ttl(flow.spec.nodes)  # a state TTL counts epochs
     epochs = lineage(store, job.name, checkpoint_id) if exact else [checkpoint_id]
     states = {st.operator: flow.empty_state(spark, st.operator) for st in job.states}
     watermarks: dict[str, int | None] = {}
     back_edge = None
     start: dict[str, int] = {}
     total = 0
+    flow.expiry.start([])  # the lineage so far, for a state TTL: each epoch joins it (``finish``)
     for n in epochs:
         cut = store.cut(job.name, n)
         plan = runner.plan_range(start, cut, n)
         # every segment from the start of the sources, those that source retention allowed deleting too
-        segment_changes.check_before_run(runner.input_dir, [(f"(read to verify checkpoint {checkpoint_id})",
-                                                             plan.segments)])
+        runner.check_reads([(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
         out = flow.epoch(spark, states, runner.read_records(plan), back_edge, watermarks, n,
                          job.loop_rounds if exact else None)
         states = {op: df.localCheckpoint(eager=True) for op, df in out.states.items()}
+        flow.expiry.finish(n)
         watermarks.update(out.watermarks)
         back_edge, start, total = out.back_edge, cut, total + plan.records
     return states, total, len(epochs)

@@ -31,6 +31,9 @@ from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
 
+#: the test jobs found through ABS_JOBS_DIR (``tests/jobs/``)
+JOBS_DIR = Path(__file__).parent / "jobs"
+
 
 @dataclass
 class Workspace:
@@ -213,6 +216,23 @@ def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str
     r = cli(ws, *args, spark=spark, env=env)
     assert r.code == 0, r.out + r.err
     return r.out
+
+
+def two_kills(ws, job: str, land) -> None:
+    """Five batches of ``land(input_dir, batch)``, and two SIGKILLs of ``absreplay recover``: one at the fault
+    point of epoch 2's computation (epoch 1 done, its snapshot complete or not), one from outside once epoch
+    3 is done (in epoch 4, or a snapshot). The caller recovers after them and checks."""
+    for batch in range(3):
+        land(ws.input_dir, batch)
+        ws.coordinator.inject()
+    proc = start(ws, "recover", job, faults="epoch.compute@2=kill")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == -9 and "] epoch 1:" in out and "] epoch 2:" not in out, out
+    for batch in range(3, 5):
+        land(ws.input_dir, batch)
+        ws.coordinator.inject()
+    out = kill_when(start(ws, "recover", job), "] epoch 3:")
+    assert "] epoch 5:" not in out
 
 
 def run_ok(ws, *args: str) -> str:

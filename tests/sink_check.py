@@ -4,7 +4,7 @@ A sink's high-water marks are its claim: every source record below them is in th
 sink, exactly once. After each test, each workspace the test made is judged against an
 independent recomputation from the source files up to those marks (absreplay_examples.recount
 for wordcount, absreplay_examples.union_find for connected_components, tests/views_data for the
-tests' views_by_country job, absreplay_examples.synthetic_data for synthetic, epoch by epoch
+tests' views_by_country job, tests/carts_data for open_carts, tests/sessions_data for click_sessions, tests/joins_data for clicks_to_buys, absreplay_examples.synthetic_data for synthetic, epoch by epoch
 along the checkpoints' recorded epoch starts), never the job's own
 code. A test that leaves a sink inconsistent on purpose says so with
 ``@pytest.mark.sink_unchecked("why")``.
@@ -34,6 +34,13 @@ def wrong_and_extra(expected: dict, got: dict) -> tuple[int, int]:
     return sum(1 for k, v in expected.items() if got.get(k) != v), sum(1 for k in got if k not in expected)
 
 
+def marks_of(ws, sink: str) -> dict[str, int]:
+    """A sink's high-water marks: the cut its committed output claims."""
+    with ws.store.sessions() as s:
+        return dict(s.execute(select(SinkWatermark.partition, SinkWatermark.offset).where(
+            SinkWatermark.job == ws.job.name, SinkWatermark.sink == sink)).all())
+
+
 def epoch_cuts(store, job: str, checkpoint_id: int) -> list[dict[str, int]]:
     """The cuts ending the epochs that produced ``checkpoint_id``'s state, in order (each checkpoint's
     epoch starts at the cut of its ``epoch_start``)."""
@@ -54,6 +61,32 @@ def judge(ws) -> tuple[str, tuple[int, int]] | None:
         tables = {s.name: s.target(ws.settings.database_url).read() for s in ws.job.sinks
                   if not s.name.endswith("_late")}
         found = views_data.check(ws.store, ws.job.name, ws.input_dir, tables)
+        return (f"{ws.job.name} sinks {sorted(found)}",
+                (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values())))
+    if ws.job.name == "click_sessions":  # tests/jobs: session windows and their late clicks, tests/sessions_data
+        from tests import sessions_data
+
+        found = sessions_data.check(ws)
+        return (f"{ws.job.name} sinks {sorted(found)}",
+                (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values())))
+    if ws.job.name == "clicks_to_buys":  # tests/jobs: an interval join and its late records, tests/joins_data
+        from tests import joins_data
+
+        found = joins_data.check(ws)
+        return (f"{ws.job.name} sinks {sorted(found)}",
+                (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values())))
+    if ws.job.name == "idle_users":  # tests/jobs: state TTL in epochs, tests/ttl_data
+        from tests import ttl_data
+
+        found = ttl_data.check(ws)
+        return (f"{ws.job.name} sinks {sorted(found)}",
+                (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values()))) if found else None
+    if ws.job.name == "open_carts":  # tests/jobs: a process function that deletes keys, three sinks
+        from tests import carts_data
+
+        if not any(marks_of(ws, sink.name) for sink in ws.job.sinks):
+            return None
+        found = carts_data.check(ws)
         return (f"{ws.job.name} sinks {sorted(found)}",
                 (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values())))
     [sink_spec] = ws.job.sinks

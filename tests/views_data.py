@@ -17,7 +17,6 @@ checkpoint has passed is there (else it was lost).
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -28,18 +27,13 @@ from sqlalchemy import select, text
 from coordinator.catalog.db import make_engine
 
 from coordinator.catalog.models import DeadLetter, SinkWatermark, TaskAck
+from tests.segment_files import land as land_segment
+from tests.segment_files import partition_lines
 
 MINUTE = 60_000
 DELAY = 30_000
 COUNTRIES = ("fr", "de", "jp", "br")
 PAGES = ("/", "/cart", "/help")
-
-
-def _write(path: Path, lines: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
 
 
 def country_of(user: int) -> str:
@@ -55,7 +49,7 @@ def land(input_dir: Path, batch: int, views: int = 120, users: int = 40) -> None
         rows = [f"{u},{country_of(u)}" for u in range(batch * users, known) if u % 2 == part]
         if batch % 3 == 1:  # a user's row again, same country: the latest row wins, nothing changes
             rows.append(f"{part},{country_of(part)}")
-        _write(input_dir / "users" / f"p{part}" / f"seg-{batch:04d}", rows)
+        land_segment(input_dir / "users" / f"p{part}" / f"seg-{batch:04d}", rows)
         lines = []
         base = batch * 2 * MINUTE
         for _ in range(views // 2):
@@ -65,7 +59,7 @@ def land(input_dir: Path, batch: int, views: int = 120, users: int = 40) -> None
                 ts = base - 5 * MINUTE  # far behind the watermark: late
             page = rng.choice(PAGES) if rng.random() > 0.02 else ""
             lines.append(json.dumps({"user": user, "page": page, "ts": max(ts, 0), "ms": rng.randrange(1, 900)}))
-        _write(input_dir / "views" / f"p{part}" / f"seg-{batch:04d}", lines)
+        land_segment(input_dir / "views" / f"p{part}" / f"seg-{batch:04d}", lines)
 
 
 def _read(input_dir: Path, source: str, cut: dict[str, int]) -> list[str]:
@@ -73,10 +67,7 @@ def _read(input_dir: Path, source: str, cut: dict[str, int]) -> list[str]:
     for partition, end in sorted(cut.items()):
         if not partition.startswith(source + "/"):
             continue
-        lines: list[str] = []
-        for seg in sorted((input_dir / partition).iterdir()):
-            if not seg.name.startswith("."):
-                lines += seg.read_text().splitlines()
+        lines = partition_lines(input_dir / partition)
         out += lines[:end]
     return out
 

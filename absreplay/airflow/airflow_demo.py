@@ -27,13 +27,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from absreplay.commands.context import job_context
-from absreplay.commands.demo import JOB, check_exact, demo_data, finish_demo
+from absreplay.commands.demo import JOB, check_exact, demo_catalog, finish_demo
 from absreplay.airflow.orchestration import DATABASE_URL_VARIABLE
-from coordinator.catalog.db import upgrade
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
-from coordinator.sources import source
 
 ISOLATED_MARKER = "ABS_ISOLATED_AIRFLOW_HOME"
 
@@ -128,11 +125,8 @@ def run_airflow_demo(console: Console, batches: int, lines_per_batch: int) -> bo
     }
     console.print(f"[bold]ABS Replay demo through Airflow[/] in {home} (SQLite catalog and Airflow database, "
                   f"spark_default -> {settings.spark_master})")
-    upgrade(settings.database_url)
+    ctx, data, input_dir = demo_catalog(settings)
     migrate_airflow_db(env, logs / "airflow-db-migrate.log")
-    ctx = job_context(JOB, settings)
-    data = demo_data(ctx.job)
-    input_dir = source.input_dir(settings.data_dir, JOB)
     t0 = time.perf_counter()
     for batch in range(batches):
         landed = data.land(input_dir, batch, lines_per_batch)

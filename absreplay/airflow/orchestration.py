@@ -179,9 +179,32 @@ def finalize_checkpoints(settings: Settings, job: str) -> dict[str, Any]:
     """Expire timed-out checkpoints, commit completed ones' sinks, abort failed ones', retain, collect garbage."""
     from absreplay.commands.views import finalize_line
 
+    from coordinator.sinks import commits
+
     with _job(settings, job) as ctx:
         report = ctx.coordinator.finalize()
-    return {"job": job, **asdict(report), "message": finalize_line(job, report)}
+        with ctx.store.sessions() as s:
+            sink_commits = commits.of_checkpoints(s, ctx.job, report.committed, settings.database_url)
+    return {"job": job, **asdict(report), "sink_commits": [asdict(c) for c in sink_commits],
+            "message": finalize_line(job, report)}
+
+
+# -- sink commits, as the assets' events say them (``absreplay.airflow.sink_assets``) --------------------
+def sink_commit_marks(settings: Settings, job: str) -> dict[str, int]:
+    """Sink -> the newest checkpoint committed to it: read before a recovery (``sink_commits_after``)."""
+    from coordinator.sinks import commits
+
+    with _store(settings) as store, store.sessions() as s:
+        return commits.newest_committed(s, job)
+
+
+def sink_commits_after(settings: Settings, job: str, marks: Mapping[str, int]) -> list[dict[str, Any]]:
+    """What was committed to the job's sinks beyond ``marks``, per sink (as ``finalize_checkpoints`` says)."""
+    from coordinator.sinks import commits
+
+    definition = get_job(job)
+    with _store(settings) as store, store.sessions() as s:
+        return [asdict(c) for c in commits.committed_after(s, definition, marks, settings.database_url)]
 
 
 def weak_note(job) -> str:
@@ -263,6 +286,8 @@ class RecoveryRequest:
     mode: str
     rewind: bool
     fallback: bool = False
+    #: the recover DAG's run that asks: its recoveries row (or refusal) names it
+    airflow_run_id: str | None = None
 
     def cli_args(self) -> list[str]:
         if self.rewind:
@@ -270,7 +295,8 @@ class RecoveryRequest:
         else:
             checkpoint = ["--checkpoint", str(self.checkpoint_id)] if self.checkpoint_id is not None else []
             args = ["recover", self.job, *checkpoint, "--mode", self.mode]
-        return args + (["--fallback"] if self.fallback else [])
+        run = ["--airflow-run-id", self.airflow_run_id] if self.airflow_run_id else []
+        return args + (["--fallback"] if self.fallback else []) + run
 
 
 class RecoveryCommandError(AbsError):
@@ -282,10 +308,27 @@ class RecoveryCommandError(AbsError):
 
 
 def validate_recovery(
-    settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any = False
+    settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any = False,
+    airflow_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Check a recovery request against the catalog (reads only) and pin the checkpoint it restores."""
+    """Check a recovery request against the catalog and pin the checkpoint it restores; a refusal is
+    recorded in ``recoveries`` with its reason (REFUSED) and raised."""
+    from coordinator.checkpoints import recovery
+
     get_job(job)
+    try:
+        return _validated(settings, job, checkpoint, mode, rewind, fallback, airflow_run_id)
+    except AbsError as exc:
+        if recovery.is_refusal(exc):
+            with _store(settings) as store:
+                requested = checkpoint if type(checkpoint) is int and checkpoint >= 1 else None
+                recovery.refuse(store, job, "rewind" if rewind is True else "recover", str(mode), requested,
+                                str(exc), airflow_run_id)
+        raise
+
+
+def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any,
+               airflow_run_id: str | None) -> dict[str, Any]:
     if mode not in RECOVERY_MODES:
         raise UsageError(f"mode must be one of {', '.join(RECOVERY_MODES)}, not {mode!r}")
     if not isinstance(rewind, bool):
@@ -305,7 +348,7 @@ def validate_recovery(
                 if rewind:
                     raise UsageError(f"job {job!r} has no completed checkpoint to rewind to yet")
                 # nothing completed yet: the recovery starts every task from the start of the sources
-                return asdict(RecoveryRequest(job, None, mode, rewind, fallback))
+                return asdict(RecoveryRequest(job, None, mode, rewind, fallback, airflow_run_id))
             checkpoint = latest.checkpoint_id
         ck = store.checkpoint(job, checkpoint)  # CheckpointNotFoundError: unknown id
     status = CheckpointStatus(ck.status)
@@ -329,7 +372,7 @@ def validate_recovery(
     with _store(settings) as store:  # what the command line itself checks (e.g. partial needs the latest)
         recovery.validate(store, job, recovery.RecoveryKind("rewind" if rewind else "recover"),
                           recovery.RecoveryMode(mode), checkpoint)
-    return asdict(RecoveryRequest(job, checkpoint, mode, rewind, fallback))
+    return asdict(RecoveryRequest(job, checkpoint, mode, rewind, fallback, airflow_run_id))
 
 
 def absreplay_executable() -> str:
@@ -361,6 +404,14 @@ def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
         message = " ".join(stderr.split()).removeprefix("error: ") or f"no message; stdout: {stdout[-500:]}"
         raise RecoveryCommandError(args, proc.returncode, message)
     return stdout
+
+
+def run_recovery_publishing(settings: Settings, request: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """``run_recovery``, and what it committed to each sink (the recovery runs in its own process)."""
+    job = request["job"]
+    marks = sink_commit_marks(settings, job)
+    output = run_recovery(settings, request)
+    return output, sink_commits_after(settings, job, marks)
 
 
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 10) -> None:

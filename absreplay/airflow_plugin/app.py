@@ -5,8 +5,13 @@ history, filter by status), ``/jobs/{job}/checkpoints/{id}`` (acks, sink
 transactions, dead letters, back-edge log, recoveries). ``/api/...`` returns
 the same as JSON. Every request runs as the Airflow user of its token or
 cookie; what they may see and do is asked of the auth manager
-(``access``). The recover buttons post to Airflow's own REST API from the
-browser, as that user.
+(``access``).
+
+Recover and rewind: ``/jobs/{job}/checkpoints/{id}/recover[?rewind=true]`` says
+what the recovery would change and asks to confirm; the confirmation posts to
+``/api/jobs/{job}/recoveries``, which starts a run of the recover DAG unless one
+of the job is under way (409), and the page follows the run through
+``/api/jobs/{job}/runs/{run_id}`` (``recovery_runs``).
 
 A bad URL is the user's mistake, never a 500: numbers in it are bounded as on
 the command line (``absreplay.options``), so none reaches the database out of
@@ -34,6 +39,10 @@ from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescap
 from sqlalchemy import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from absreplay.airflow_plugin.recovery_runs import (
+    AirflowRuns, RecoveryUnderWay, airflow_runs, follow, preview, start as start_recovery,
+)
+from absreplay.airflow_plugin.recovery_runs import conf as recovery_conf
 from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, job_access, readable
 from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.commands.charts import job_charts
@@ -42,7 +51,7 @@ from absreplay.commands.views import format_bytes
 from coordinator.catalog import audit
 from coordinator.checkpoints import weak as weak_consistency
 from coordinator.checkpoints.lifecycle import CheckpointStatus
-from coordinator.errors import CheckpointNotFoundError
+from coordinator.errors import CheckpointNotFoundError, UsageError
 
 URL_PREFIX = "/absreplay"
 PAGE_SIZE = 25
@@ -57,11 +66,12 @@ templates.filters["bytes"] = format_bytes
 templates.filters["percent"] = audit.percent
 templates.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
 Catalog = Annotated[Engine, Depends(catalog_engine)]
+Runs = Annotated[AirflowRuns, Depends(airflow_runs)]
 
 #: every number a URL may carry, and its range: ids and offsets are the catalog's BIGINTs
 RANGES = {"checkpoint_id": (1, BIGINT_MAX), "page": (1, BIGINT_MAX), "offset": (0, BIGINT_MAX), "limit": (1, 500)}
 #: the heading of an error page, by status
-ERROR_TITLES = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 422: "Bad request"}
+ERROR_TITLES = {401: "Not signed in", 403: "Not allowed", 404: "Not found", 409: "Refused", 422: "Bad request"}
 
 
 def _number(name: str, where: Any = Query) -> Any:
@@ -88,11 +98,12 @@ def actions(access: JobAccess, status: str, checkpoint_id: int, weak: bool = Fal
     none for a weak-consistency job, which has no consistent checkpoint to go back to)."""
     if weak or not access.can_trigger or status != CheckpointStatus.COMPLETED:
         return []
+    confirm = f"{_job_link(access.job)[1]}/checkpoints/{checkpoint_id}/recover"
     return [
         {"label": "Recover to this checkpoint", "dag_id": access.dag_id,
-         "conf": {"checkpoint": checkpoint_id, "mode": "full", "rewind": False}},
+         "conf": recovery_conf(checkpoint_id, False), "href": confirm},
         {"label": "Rewind to here", "dag_id": access.dag_id,
-         "conf": {"checkpoint": checkpoint_id, "mode": "full", "rewind": True}},
+         "conf": recovery_conf(checkpoint_id, True), "href": f"{confirm}?rewind=true"},
     ]
 
 
@@ -245,3 +256,58 @@ def checkpoint_page(request: Request, job: str, checkpoint_id: CheckpointId, use
     return _html(request, "checkpoint.html", job=job, access=access, d=detail,
                  weak_label=weak_consistency.LABEL if is_weak else "",
                  actions=actions(access, detail.summary.status, checkpoint_id, is_weak))
+
+
+@app.get("/jobs/{job}/checkpoints/{checkpoint_id}/recover", response_class=HTMLResponse)
+def confirm_page(request: Request, job: str, checkpoint_id: CheckpointId, user: User, manager: AuthManager,
+                 engine: Catalog, rewind: bool = False) -> HTMLResponse:
+    """What recovering (or rewinding) to the checkpoint would change, and the button that starts it."""
+    access = _triggerable(manager, user, job)
+    detail = _detail(engine, job, checkpoint_id)
+    if not actions(access, detail.summary.status, checkpoint_id, audit.is_weak(engine, job)):
+        raise ViewError(409, f"checkpoint {checkpoint_id} of {job} is {detail.summary.status}: only a COMPLETED "
+                             f"checkpoint of a job with consistent checkpoints can be restored",
+                        (f"checkpoint {checkpoint_id}", f"{_job_link(job)[1]}/checkpoints/{checkpoint_id}"))
+    try:
+        plan = preview(engine, job, checkpoint_id, rewind)
+    except (CheckpointNotFoundError, UsageError) as exc:
+        raise ViewError(409, str(exc), _job_link(job)) from None
+    return _html(request, "confirm.html", job=job, access=access, plan=plan, checkpoint_id=checkpoint_id,
+                 rewind=rewind, conf=recovery_conf(checkpoint_id, rewind))
+
+
+def _triggerable(manager: Any, user: Any, job: str) -> JobAccess:
+    access = readable(manager, user, job)
+    if not access.can_trigger:
+        raise HTTPException(403, f"you may not trigger the DAG {access.dag_id}, so not recover {job!r}")
+    return access
+
+
+@app.post("/api/jobs/{job}/recoveries")
+def api_start_recovery(job: str, body: dict[str, Any], user: User, manager: AuthManager, engine: Catalog,
+                       runs: Runs) -> Any:
+    """Start a run of the job's recover DAG (body: ``checkpoint``, ``rewind``); 409 while one is under way."""
+    access = _triggerable(manager, user, job)
+    _known_job(engine, job)
+    checkpoint, rewind = body.get("checkpoint"), body.get("rewind", False)
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or not 1 <= checkpoint <= BIGINT_MAX:
+        raise HTTPException(422, f"checkpoint must be a whole number from 1 to {BIGINT_MAX}, not {checkpoint!r}")
+    if not isinstance(rewind, bool):
+        raise HTTPException(422, f"rewind must be true or false, not {rewind!r}")
+    try:
+        run = start_recovery(engine, runs, job, access.dag_id, checkpoint, rewind, user.get_name())
+    except RecoveryUnderWay as exc:
+        raise HTTPException(409, {"message": str(exc), "dag_run_id": exc.dag_run_id}) from None
+    return {**asdict(run), "dag_id": access.dag_id}
+
+
+@app.get("/api/jobs/{job}/runs/{dag_run_id}")
+def api_recovery_run(job: str, dag_run_id: str, user: User, manager: AuthManager, engine: Catalog,
+                     runs: Runs) -> Any:
+    """A run of the job's recover DAG: its state, whether the DAG is paused, the recoveries row it left."""
+    access = readable(manager, user, job)
+    _known_job(engine, job)
+    followed = follow(engine, runs, job, access.dag_id, dag_run_id)
+    if followed is None:
+        raise HTTPException(404, f"no run {dag_run_id!r} of {access.dag_id}")
+    return jsonable_encoder(followed)

@@ -201,6 +201,8 @@ def checkpoints(
 Fallback = Annotated[
     bool, typer.Option("--fallback", help="if a state file is missing or corrupt, use the previous completed checkpoint")
 ]
+#: set by the recover DAG: the recoveries row (or its refusal) names the Airflow run that asked
+AirflowRunId = Annotated[str | None, typer.Option("--airflow-run-id", hidden=True)]
 
 
 @app.command()
@@ -211,12 +213,13 @@ def recover(
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
     parallelism: Parallelism = None,
+    airflow_run_id: AirflowRunId = None,
 ) -> None:
     """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes).
     With no completed checkpoint yet, every task starts from the empty state at the start of the sources."""
     if mode not in ("full", "partial"):
         raise UsageError(f"--mode must be full or partial, not {mode!r}")
-    _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode), parallelism)
+    _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode), parallelism, airflow_run_id)
 
 
 @app.command()
@@ -226,29 +229,37 @@ def rewind(
     fallback: Fallback = False,
     snapshot_mode: SnapshotMode = "async",
     parallelism: Parallelism = None,
+    airflow_run_id: AirflowRunId = None,
 ) -> None:
     """Reprocess every epoch after a checkpoint (e.g. after a bug fix): later checkpoints are
     superseded and the sink's later output is replaced, not duplicated."""
-    _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode), parallelism)
+    _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode), parallelism, airflow_run_id)
 
 
 def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str,
-              parallelism: int | None) -> None:
+              parallelism: int | None, airflow_run_id: str | None = None) -> None:
     from absreplay.commands.submit import run_processing
     from coordinator.checkpoints import recovery
 
     ctx = job_context(job)
     weak.refuse(ctx.job, kind)
     scale = _parallelism_args(ctx, parallelism)
-    target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode), checkpoint)
-    with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds the job
-        pass
+    try:  # a refusal (not a COMPLETED checkpoint, the lease held by a run) is audited with its reason
+        target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode),
+                                   checkpoint)
+        with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds it
+            pass
+    except Exception as exc:
+        if recovery.is_refusal(exc):
+            recovery.refuse(ctx.store, job, kind, mode, checkpoint, str(exc), airflow_run_id)
+        raise
     if target is None:
         out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")
     else:
         out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
     args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode, *scale]
     args += ["--checkpoint", str(target)] if target is not None else []
+    args += ["--airflow-run-id", airflow_run_id] if airflow_run_id else []
     code = run_processing(ctx.settings, args + (["--fallback"] if fallback else []))
     rows = recovery.history(ctx.store, job)
     if rows:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -50,10 +51,13 @@ def committed_rows(ctx: JobContext) -> dict[Any, Any]:
     """The checked sink's rows as readers see them now: key -> value (a tuple for several values)."""
     sink = checked_sink(ctx.job)
     rows = sink.target(ctx.settings.database_url).read().to_pylist()
-    values = [c for c in sink.column_names if c != sink.key]
-    if len(values) == 1:
-        return {r[sink.key]: r[values[0]] for r in rows}
-    return {r[sink.key]: tuple(r[c] for c in values) for r in rows}
+    key = sink.key
+    values = [c for c in sink.column_names if c not in key]
+
+    def of(r: dict, names: Sequence[str]) -> Any:
+        return r[names[0]] if len(names) == 1 else tuple(r[c] for c in names)
+
+    return {of(r, key): of(r, values) for r in rows}
 
 
 def top_rows(rows: Mapping[Any, Any], n: int = 5) -> list[tuple[Any, Any]]:
@@ -72,16 +76,20 @@ def check_exact(ctx: JobContext) -> tuple[bool, int, int]:
     return committed_rows(ctx) == dict(expected), sum(cut.values()), len(expected)
 
 
+def demo_catalog(settings: Settings) -> tuple[JobContext, DemoData, Path]:
+    """The demo job on a fresh, migrated catalog: its context, its data, and where its input lands."""
+    upgrade(settings.database_url)
+    ctx = job_context(JOB, settings)
+    return ctx, demo_data(ctx.job), source.input_dir(settings.data_dir, JOB)
+
+
 def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
     base = Settings.from_env()
     home = base.home / "demo"
     shutil.rmtree(home, ignore_errors=True)
     settings = Settings.from_env({"ABS_HOME": str(home), "ABS_SPARK_MASTER": base.spark_master})
     out.print(f"[bold]ABS Replay demo[/] in {home} (SQLite catalog, local Spark, local state)")
-    upgrade(settings.database_url)
-    ctx = job_context(JOB, settings)
-    data = demo_data(ctx.job)
-    input_dir = source.input_dir(settings.data_dir, JOB)
+    ctx, data, input_dir = demo_catalog(settings)
     t0 = time.perf_counter()
     for batch in range(batches):
         landed = data.land(input_dir, batch, lines_per_batch)

@@ -19,10 +19,10 @@ from absreplay.options import checkpoint_option, count_option
 from coordinator.checkpoints import state_reader
 from coordinator.errors import UsageError
 
-FORMATS = ("table", "json", "parquet")
+FORMATS = ("table", "json", "jsonl", "parquet")
 Operator = Annotated[str | None, typer.Option("--operator", help="the stateful operator (default: the job's)")]
 Limit = Annotated[int, count_option("--limit", help="rows shown in a table (json and parquet: all)")]
-Format = Annotated[str, typer.Option("--format", help="table, json (one object per line) or parquet (needs --out)")]
+Format = Annotated[str, typer.Option("--format", help="table, json (one document: an array of rows), jsonl (one row a line) or parquet (needs --out)")]
 Out = Annotated[Path | None, typer.Option("--out", help="file to write (parquet: required)")]
 
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -55,19 +55,19 @@ def diff(
     from_id: Annotated[int, checkpoint_option("--from", help="the older checkpoint")],
     to_id: Annotated[int, checkpoint_option("--to", help="the newer checkpoint")],
     operator: Operator = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json (one object per line)")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table, json (one document: an array of changed keys) "
+                                                      "or jsonl (one a line)")] = "table",
     limit: Limit = 20,
 ) -> None:
     """Keys added, removed and changed between two checkpoints' states."""
-    if fmt not in ("table", "json"):
-        raise UsageError(f"--format must be table or json for diff, not {fmt!r}")
+    if fmt not in ("table", "json", "jsonl"):
+        raise UsageError(f"--format must be table, json or jsonl for diff, not {fmt!r}")
     ctx = job_context(job)
     d = state_reader.diff(ctx.store, ctx.job, from_id, to_id, operator)
     parts = {"added": d.added, "removed": d.removed, "changed": d.changed}
-    if fmt == "json":
-        for change, table in parts.items():
-            for row in table.to_pylist():
-                print(json.dumps({"change": change, **row}, default=str))
+    if fmt in ("json", "jsonl"):
+        print(_json([{"change": change, **row} for change, table in parts.items() for row in table.to_pylist()],
+                    fmt), end="")
         return
     out.print(f"{job}: checkpoint {from_id} -> {to_id}: {d.added.num_rows:,} key(s) added, "
               f"{d.removed.num_rows:,} removed, {d.changed.num_rows:,} changed")
@@ -87,15 +87,22 @@ def _emit(rows: pa.Table, fmt: str, output: Path | None, limit: int, title: str)
     if fmt == "parquet":
         pq.write_table(rows, output)
         out.print(f"{title}: {rows.num_rows:,} rows written to {output}")
-    elif fmt == "json":
-        lines = (json.dumps(row, default=str) for row in rows.to_pylist())
+    elif fmt in ("json", "jsonl"):
+        text = _json(rows.to_pylist(), fmt)
         if output is None:
-            for line in lines:
-                print(line)
+            print(text, end="")
         else:
-            output.write_text("".join(f"{line}\n" for line in lines))
+            output.write_text(text)
     else:
         out.print(_table(rows, limit, f"{title} ({rows.num_rows:,} rows)"))
+
+
+def _json(rows: list[dict], fmt: str) -> str:
+    """``json``: one document, an array of the rows; ``jsonl``: a row a line (as the other commands'
+    ``--json`` and ``--jsonl``)."""
+    if fmt == "json":
+        return json.dumps(rows, default=str) + "\n"
+    return "".join(json.dumps(row, default=str) + "\n" for row in rows)
 
 
 def _table(rows: pa.Table, limit: int, title: str) -> Table:

@@ -114,6 +114,8 @@ class AckRow:
     sync_ms: int
     async_ms: int
     acked_at: datetime | None
+    #: keys the operator's state TTL dropped in this subtask (``coordinator.dataflow.ttl``)
+    keys_dropped: int = 0
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,8 @@ class TaskAck(Base):
     store_load_ms: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # and the executor it ran on, which holds the store now: executor_<host>_<executor id>
     store_location: Mapped[str | None] = mapped_column(String(255))
+    # keys the operator's state TTL dropped in this subtask in the checkpoint's epoch
+    keys_dropped: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     acked_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -237,8 +239,10 @@ class Recovery(Base):
     back_edge_records: Mapped[int] = mapped_column(BigInteger, default=0)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    result: Mapped[str] = mapped_column(String(16))  # RUNNING | SUCCEEDED | FAILED
+    result: Mapped[str] = mapped_column(String(16))  # RUNNING | SUCCEEDED | FAILED | REFUSED (nothing changed)
     detail: Mapped[str | None] = mapped_column(Text)
+    #: the run of the job's recover DAG that asked for it (None: the command line)
+    airflow_run_id: Mapped[str | None] = mapped_column(String(250), index=True)
 
 
 class SinkWatermark(Base):

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from coordinator.checkpoints import state_files, weak
-from coordinator.sources import id_store, segment_changes, source
+from coordinator.sources import delta_source, id_store, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog import audit
 from coordinator.catalog.models import DeadLetter, SourceSegment
@@ -83,8 +83,10 @@ class CheckpointCoordinator:
             ends[seg.partition] = max(ends.get(seg.partition, 0), seg.first_offset + seg.records)
         known = {(seg.partition, seg.name) for seg in registered}
         root = source.input_dir(self.data_dir, job)
-        listed = {p: source.list_segments(root / p) for p in source.job_partitions(root, self.job.source_names)}
-        found = segment_changes.check_registered(registered, root, {p: set(n) for p, n in listed.items()})
+        listed = {p: source.list_segments(root / p) for p in source.job_partitions(root, self.job.source_names)
+                  if not isinstance(self.job.format_of(p), delta_source.DeltaSource)}
+        found = segment_changes.check_registered(delta_source.file_segments(self.job, registered), root,
+                                                 {p: set(n) for p, n in listed.items()})
         for seg, mtime_ns in found.touched:
             s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,
                                                   SourceSegment.name == seg.name).values(mtime_ns=mtime_ns))
@@ -114,6 +116,9 @@ class CheckpointCoordinator:
                 new_records += seg.records
             ends[partition] = offset
         segment_changes.check_vanished(s, job, root, found.vanished)
+        # a Delta source's new table versions, each a segment (``coordinator.sources.delta_source``)
+        versions, version_records = delta_source.register_versions(s, self.job, checkpoint_id, registered, ends)
+        new_segments, new_records = new_segments + versions, new_records + version_records
         if id_segments:
             # in this transaction: a crash before the commit forgets these ids together with the cut
             s.add_all(id_store.dead_letters_for(s, job, self.job.id_store, checkpoint_id, id_segments))

@@ -17,6 +17,11 @@ commit, never written twice. ``rewind`` (after a bug fix) puts the sink back to
 checkpoint N first (rows written after N are reverted to N's values or
 deleted, and the high-water marks go back to N's cut) so the replays' output
 replaces the old output instead of adding to it.
+
+A request refused before anything changed (a processing run holds the job's
+lease, the checkpoint is not COMPLETED) is a REFUSED row with its reason
+(``refuse``). ``preview`` says beforehand what a recovery would change, with
+the same rule ``reset_after`` applies (``superseded_by``).
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from coordinator.sinks import transactions as sinks
-from coordinator.catalog.models import Checkpoint, Recovery, SinkTransaction, SourceCut, utcnow
-from coordinator.errors import CheckpointNotFoundError, UsageError
+from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransaction, SourceCut, utcnow
+from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
 from coordinator.checkpoints.store import CheckpointStore
@@ -50,6 +55,8 @@ class RecoveryResult(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    #: stopped before anything changed; ``detail`` says why
+    REFUSED = "REFUSED"
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class RecoveryRequest:
     checkpoint: int | None
     #: a missing or corrupt file moves the recovery to the previous completed checkpoint
     fallback: bool = False
+    #: the run of the job's recover DAG that asked for it (None: the command line)
+    airflow_run_id: str | None = None
 
 
 @dataclass
@@ -72,7 +81,8 @@ class ResetOutcome:
     reverted_rows: int = 0
 
 
-def start(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode, requested: int | None) -> int:
+def start(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode, requested: int | None,
+          airflow_run_id: str | None = None) -> int:
     """Record a recovery as RUNNING. Called under the job's processing lease, so any other
     RUNNING row of the job belongs to a process that died: it is marked FAILED."""
     with store.sessions.begin() as s:
@@ -82,10 +92,45 @@ def start(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMo
             .values(result=RecoveryResult.FAILED, finished_at=utcnow(), detail="interrupted: the process died")
         )
         row = Recovery(job=job, kind=kind, mode=mode, requested_checkpoint_id=requested, superseded=0,
-                       back_edge_records=0, result=RecoveryResult.RUNNING, started_at=utcnow())
+                       back_edge_records=0, result=RecoveryResult.RUNNING, started_at=utcnow(),
+                       airflow_run_id=airflow_run_id)
         s.add(row)
         s.flush()
         return row.id
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A request refused before anything changed: bad input (exit 2: a checkpoint that is not COMPLETED, a
+    lease held by another run); an unreachable catalog is no answer to the request."""
+    return isinstance(exc, AbsError) and exc.exit_code == 2 and not isinstance(exc, CatalogUnavailableError)
+
+
+def refuse(store: CheckpointStore, job: str, kind: str, mode: str, requested: int | None, reason: str,
+           airflow_run_id: str | None = None) -> int | None:
+    """Record a refused request as REFUSED with its reason; None when the catalog has no such job
+    (there is nothing to audit a request against)."""
+    now = utcnow()
+    with store.sessions.begin() as s:
+        if s.get(Job, job) is None:
+            return None
+        row = Recovery(job=job, kind=str(kind)[:16], mode=str(mode)[:16], requested_checkpoint_id=requested,
+                       superseded=0, back_edge_records=0, result=RecoveryResult.REFUSED, started_at=now,
+                       finished_at=now, detail=reason[:4000], airflow_run_id=airflow_run_id)
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def running(s: Session, job: str) -> Recovery | None:
+    """The job's recovery in progress (a RUNNING row), if any."""
+    return s.scalars(select(Recovery).where(Recovery.job == job, Recovery.result == RecoveryResult.RUNNING)
+                     .order_by(Recovery.id.desc()).limit(1)).first()
+
+
+def of_airflow_run(store: CheckpointStore, job: str, airflow_run_id: str) -> dict | None:
+    """The last recovery row the recover DAG's run ``airflow_run_id`` left (its refusal, failure or result)."""
+    rows = history(store, job, airflow_run_id)
+    return rows[-1] if rows else None
 
 
 def finish(store: CheckpointStore, recovery_id: int, result: RecoveryResult, *, restored: int | None = None,
@@ -155,7 +200,7 @@ def reset_after(
             select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
             .order_by(Checkpoint.checkpoint_id)
         ))
-        live = [c for c in later if c.status in (CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)]
+        live = superseded_by(kind, later)
         # staged output of checkpoints that will be processed again is aborted (re-staged by the run)
         for txn in s.scalars(select(SinkTransaction).where(
             SinkTransaction.job == job, SinkTransaction.checkpoint_id > after,
@@ -168,7 +213,7 @@ def reset_after(
             for sink in definition.sinks:
                 rows = (state_rows or {}).get(sink.name)
                 out.reverted_rows += sinks.revert_after(s, job, sink, restored, cut, rows)
-        if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
+        if live:
             now = utcnow()
             for ck in live:
                 ck.status = transition(CheckpointStatus(ck.status), CheckpointEvent.SUPERSEDE)
@@ -189,20 +234,79 @@ def reset_after(
     return out
 
 
+def superseded_by(kind: RecoveryKind, later: list[Checkpoint]) -> list[Checkpoint]:
+    """Which of the checkpoints after the restore point (in id order) a recovery supersedes, each then
+    re-done by a replay: the live ones (PENDING, COMPLETED) for a rewind, or when a COMPLETED one is among
+    them; none when only a crashed attempt's PENDING ones follow (they are simply processed again)."""
+    live = [c for c in later if c.status in (CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)]
+    if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
+        return live
+    return []
+
+
+@dataclass
+class SinkOutput:
+    """A sink's committed output of the checkpoints after a restore point."""
+
+    sink: str
+    checkpoints: list[int] = field(default_factory=list)
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class RecoveryPreview:
+    """What a recovery would change, read before it is asked for."""
+
+    kind: RecoveryKind
+    #: the checkpoint it restores (None: the empty state, none has completed)
+    restores: int | None
+    #: the checkpoints it supersedes (each re-done by a replay with a new id)
+    superseded: list[int]
+    #: the sinks' committed output after ``restores``: replaced for a rewind; kept for a recover (replays
+    #: of epochs the sink holds are deduplicated)
+    later_output: list[SinkOutput]
+
+
+def preview(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode,
+            requested: int | None) -> RecoveryPreview:
+    """What ``kind`` from ``requested`` would change (reads only; refuses as ``validate`` does)."""
+    target = validate(store, job, kind, mode, requested)
+    after = target or 0
+    with store.sessions() as s:
+        later = list(s.scalars(select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
+                               .order_by(Checkpoint.checkpoint_id)))
+        superseded = [c.checkpoint_id for c in superseded_by(kind, later)]
+        output = s.execute(
+            select(SinkTransaction.sink, SinkTransaction.checkpoint_id, SinkTransaction.rows)
+            .where(SinkTransaction.job == job, SinkTransaction.checkpoint_id > after,
+                   SinkTransaction.status == SinkTxnStatus.COMMITTED)
+            .order_by(SinkTransaction.sink, SinkTransaction.checkpoint_id)).all()
+    sinks_out: dict[str, SinkOutput] = {}
+    for sink, checkpoint_id, rows in output:
+        out = sinks_out.setdefault(sink, SinkOutput(sink))
+        out.checkpoints.append(checkpoint_id)
+        out.rows += rows
+    return RecoveryPreview(kind, target, superseded, list(sinks_out.values()))
+
+
 def store_cut(s: Session, job: str, checkpoint_id: int) -> dict[str, int]:
     return dict(s.execute(
         select(SourceCut.partition, SourceCut.offset).where(SourceCut.job == job, SourceCut.checkpoint_id == checkpoint_id)
     ).all())
 
 
-def history(store: CheckpointStore, job: str) -> list[dict]:
-    """The job's recoveries, oldest first (also plain SQL: ``SELECT * FROM recoveries``)."""
+def history(store: CheckpointStore, job: str, airflow_run_id: str | None = None) -> list[dict]:
+    """The job's recoveries (those one Airflow run asked for, when given), oldest first (also plain SQL:
+    ``SELECT * FROM recoveries``)."""
+    query = select(Recovery).where(Recovery.job == job)
+    if airflow_run_id is not None:
+        query = query.where(Recovery.airflow_run_id == airflow_run_id)
     with store.sessions() as s:
-        rows = s.scalars(select(Recovery).where(Recovery.job == job).order_by(Recovery.id)).all()
+        rows = s.scalars(query.order_by(Recovery.id)).all()
         return [
             {c: getattr(r, c) for c in ("id", "kind", "mode", "requested_checkpoint_id", "from_checkpoint_id",
                                         "to_checkpoint_id", "superseded", "back_edge_records", "started_at",
-                                        "finished_at", "result", "detail")}
+                                        "finished_at", "result", "detail", "airflow_run_id")}
             for r in rows
         ]
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
@@ -76,3 +79,21 @@ def delete_dir(uri: str) -> None:
 def exists(uri: str) -> bool:
     fs, path = filesystem(uri)
     return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def newest_per_key(rows: pa.Table, keys: list[str] | tuple[str, ...]) -> pa.Table:
+    """Of each key's rows (one column or several; a full snapshot and the deltas after it), the one with the
+    highest ``updated`` (what a restore keeps), sorted by key."""
+    rows = rows.take(pc.sort_indices(rows, [*[(k, "ascending") for k in keys], ("updated", "descending")]))
+    n = rows.num_rows
+    if n < 2:
+        return rows
+    starts = np.zeros(n, dtype=bool)  # the first row of each key: its newest
+    starts[0] = True
+    for k in keys:
+        col = rows.column(k).combine_chunks()
+        later, earlier = col.slice(1), col.slice(0, n - 1)
+        differs = pc.or_(pc.fill_null(pc.not_equal(later, earlier), False),
+                         pc.not_equal(pc.is_null(later), pc.is_null(earlier)))
+        starts[1:] |= differs.to_numpy(zero_copy_only=False)
+    return rows.filter(pa.array(starts))

@@ -25,6 +25,8 @@ class StateHandle:
     store_load_ms: int = 0
     #: the executor it ran on (``executor_<host>_<id>``), which holds the store now
     store_location: str | None = None
+    #: keys the operator's state TTL dropped in this subtask in the checkpoint's epoch (``coordinator.dataflow.ttl``)
+    keys_dropped: int = 0
 
     @property
     def task(self) -> str:
@@ -48,4 +50,5 @@ def handle_columns(h: StateHandle) -> dict:
         "store_event": h.store_event,
         "store_load_ms": h.store_load_ms,
         "store_location": h.store_location,
+        "keys_dropped": h.keys_dropped,
     }

@@ -17,11 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from coordinator.checkpoints.state_files import newest_per_key
 from coordinator.checkpoints import state_chain, state_files
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError, UsageError
+from coordinator.sinks import deletes
 
 UPDATED = "updated"
 
@@ -86,17 +88,7 @@ def state_at(store: CheckpointStore, job: JobDefinition, checkpoint_id: int, ope
     rows = pa.concat_tables(parts, promote_options="default")
     if not job.state(op).incremental:  # every snapshot is full: one version of each row
         return rows.sort_by([(c, "ascending") for c in job.state(op).identity if c in rows.column_names])
-    return newest_per_key(rows, key_column)
-
-
-def newest_per_key(rows: pa.Table, key: str) -> pa.Table:
-    """Per key, the row with the highest ``updated`` (what a restore keeps), sorted by key."""
-    rows = rows.sort_by([(key, "ascending"), (UPDATED, "descending")])
-    keys = rows.column(key)
-    if rows.num_rows < 2:
-        return rows
-    first = pc.not_equal(keys.slice(1), keys.slice(0, rows.num_rows - 1))
-    return rows.filter(pa.concat_arrays([pa.array([True]), *first.chunks]))
+    return deletes.live(newest_per_key(rows, job.state(op).key))  # a key whose newest row is a tombstone left the state
 
 
 def _read_link(link: state_chain.ChainLink, key_column: str, key: str | None) -> pa.Table:

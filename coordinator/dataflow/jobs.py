@@ -49,7 +49,8 @@ class SinkSpec:
     name: str
     declaration: SinkDeclaration
     columns: Schema
-    key: str | None
+    #: the upsert key's columns, first among ``columns`` (None: an append sink)
+    key: tuple[str, ...] | None
     input: str = ""
     #: the input's changed state rows are the output: staged as the state snapshot's own files
     from_state: bool = True

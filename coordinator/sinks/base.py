@@ -25,8 +25,8 @@ import pyarrow as pa
 class SinkTarget(Protocol):
     #: the output's columns and types, the key first for a keyed sink
     schema: pa.Schema
-    #: the upsert key (None: an append-only sink)
-    key: str | None
+    #: the upsert key's columns, one or several (None: an append-only sink)
+    key: tuple[str, ...] | None
 
     def describe(self) -> str:
         """One line naming the target (kind and where), for errors, logs and the audit."""

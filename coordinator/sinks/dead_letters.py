@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.catalog.models import DeadLetter
 from coordinator.sinks.base import SinkTarget
+from coordinator.sinks.locations import sql_table_uri
 
 SCHEMA = pa.schema([("partition", pa.string()), ("offset", pa.int64()), ("reason", pa.string()),
                     ("payload", pa.string())])
@@ -28,8 +29,13 @@ class DeadLetters:
 
     operator: str
 
-    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+    def target(self, schema: pa.Schema, key: tuple[str, ...] | None, catalog_url: str) -> SinkTarget:
         return DeadLetterTarget(self.operator)
+
+    def location(self, catalog_url: str) -> str:
+        """The catalog's ``dead_letters`` table (``coordinator.sinks.locations``): this operator's rows are
+        those whose ``segment`` is its name."""
+        return sql_table_uri(catalog_url, "dead_letters")
 
 
 class DeadLetterTarget:

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from coordinator.errors import ConfigError
 from coordinator.sinks.base import SinkTarget
+from coordinator.sinks.locations import sql_table_uri, storage_uri
 
 _INNERMOST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 
@@ -45,10 +46,14 @@ class SqlTable:
     table: str
     url: str | None = None
 
-    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+    def target(self, schema: pa.Schema, key: tuple[str, ...] | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.sql_table import SqlTableTarget
 
         return SqlTableTarget(self.table, schema, key, expand(self.url) if self.url else None, catalog_url)
+
+    def location(self, catalog_url: str) -> str:
+        """Where the rows are (``coordinator.sinks.locations``): the database and the table, no password."""
+        return sql_table_uri((expand(self.url) if self.url else None) or catalog_url, self.table)
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,14 @@ class ParquetDirectory:
 
     path: str
 
-    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+    def target(self, schema: pa.Schema, key: tuple[str, ...] | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.parquet_dir import ParquetDirectory as Target
 
         return Target(expand(self.path), schema, key)
+
+    def location(self, catalog_url: str) -> str:  # catalog_url: one signature for every declaration
+        """Where the files are: ``file:///ABSOLUTE/PATH`` (``coordinator.sinks.locations``)."""
+        return storage_uri(expand(self.path))
 
 
 @dataclass(frozen=True)
@@ -72,10 +81,14 @@ class DeltaTable:
     uri: str
     storage_options: dict[str, str] = field(default_factory=dict)
 
-    def target(self, schema: pa.Schema, key: str | None, catalog_url: str) -> SinkTarget:
+    def target(self, schema: pa.Schema, key: tuple[str, ...] | None, catalog_url: str) -> SinkTarget:
         from coordinator.sinks.delta_table import DeltaTable as Target
 
         return Target(expand(self.uri), schema, key, dict(self.storage_options) or None)
+
+    def location(self, catalog_url: str) -> str:  # catalog_url: one signature for every declaration
+        """Where the table is, without credentials (``coordinator.sinks.locations``)."""
+        return storage_uri(expand(self.uri))
 
 
 SinkDeclaration = SqlTable | ParquetDirectory | DeltaTable

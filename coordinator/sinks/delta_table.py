@@ -10,8 +10,9 @@ nothing for a checkpoint at or below it. A writer of the same app id that commit
 this commit makes this one fail (delta-rs' conflict check: ``CommitFailedError``, concurrent
 transaction) instead of writing twice; the caller retries, and the retry finds the checkpoint committed.
 
-- keyed sink: one MERGE per checkpoint on the key (matched: update every column, not matched: insert);
-  a checkpoint with no rows is an empty append, since a MERGE of nothing makes no commit to record;
+- keyed sink: one MERGE per checkpoint on the key (matched: update every column, not matched: insert;
+  a tombstone, ``coordinator.sinks.deletes``: matched, delete); a checkpoint with no rows, or whose MERGE
+  changes nothing, is an empty append, since a MERGE of nothing makes no commit to record;
 - append sink: ``write_deltalake(mode="append")``; each row carries ``abs_checkpoint_id``, the
   checkpoint that appended it: a column of the Delta table that ``read`` leaves out, and what a revert
   removes by;
@@ -33,7 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coordinator.errors import SinkSchemaError
+from coordinator.sinks import deletes
 from coordinator.sinks.base import schema_difference
+from coordinator.sinks.deletes import DELETE
 
 if TYPE_CHECKING:
     import deltalake
@@ -59,7 +62,7 @@ def _delta_types(schema: Any) -> dict[str, str]:
 
 
 class DeltaTable:
-    def __init__(self, uri: str, schema: pa.Schema, key: str | None,
+    def __init__(self, uri: str, schema: pa.Schema, key: tuple[str, ...] | None,
                  storage_options: dict[str, str] | None = None) -> None:
         self.uri = uri
         self.schema = schema
@@ -113,11 +116,31 @@ class DeltaTable:
             write_deltalake(table, data, mode="append", commit_properties=props)
         elif data.num_rows == 0:
             write_deltalake(table, data, mode="append", commit_properties=props)
+        elif deletes.has_deletes(rows):
+            self._merge_with_deletes(table, rows, props)
         else:
-            on = f"target.`{self.key}` = source.`{self.key}`"
+            on = " AND ".join(f"target.`{k}` = source.`{k}`" for k in self.key)
             (table.merge(data, on, source_alias="source", target_alias="target", commit_properties=props)
              .when_matched_update_all().when_not_matched_insert_all().execute())
         return True
+
+    def _merge_with_deletes(self, table: deltalake.DeltaTable, rows: pa.Table, props: Any) -> None:
+        """One MERGE: a tombstone deletes its key's row, a live row updates or inserts it. A MERGE that
+        changes nothing (tombstones of keys the table lacks) makes no commit: an empty append records the
+        checkpoint then."""
+        from deltalake import write_deltalake
+
+        data = self._conform(rows).append_column(DELETE, deletes.tombstones(rows))
+        on = " AND ".join(f"target.`{k}` = source.`{k}`" for k in self.key)
+        columns = {c: f"source.`{c}`" for c in self.schema.names}
+        metrics = (table.merge(data, on, source_alias="source", target_alias="target", commit_properties=props)
+                   .when_matched_delete(predicate=f"source.`{DELETE}`")
+                   .when_matched_update(updates=columns, predicate=f"NOT source.`{DELETE}`")
+                   .when_not_matched_insert(updates=columns, predicate=f"NOT source.`{DELETE}`").execute())
+        if not any(metrics.get(m) for m in ("num_target_rows_inserted", "num_target_rows_updated",
+                                            "num_target_rows_deleted", "num_target_files_added",
+                                            "num_target_files_removed")):
+            write_deltalake(self._open(), self.schema.empty_table(), mode="append", commit_properties=props)
 
     def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
         from deltalake import write_deltalake

@@ -9,7 +9,9 @@ Layout (one directory belongs to one (job, sink), named in its owner file):
 Only the highest generation is live. A commit writes the checkpoint's file under a staging name,
 fsyncs it, and renames it into the live generation: readers see the whole checkpoint or none of it,
 and the checkpoint directories themselves are the commit record (``committed_through`` is the newest
-one). A revert builds the whole new content as the next generation under a staging name (keyed:
+one). A checkpoint that deletes keys (tombstones, ``coordinator.sinks.deletes``) of a keyed sink writes its
+new version whole: the content without those keys, its rows upserted, as one compacted checkpoint of the
+next generation, published as a revert is. A revert builds the whole new content as the next generation under a staging name (keyed:
 ``rows`` as one compacted checkpoint ``N``; append: hard links to the files of the checkpoints it
 keeps, and an empty checkpoint ``N`` if it has none) and renames it into place. That rename is the one
 moment the content changes, so a commit or revert that dies at any step leaves the old content or the
@@ -40,6 +42,7 @@ import pyarrow.parquet as pq
 
 from coordinator.checkpoints.manifests import fsync
 from coordinator.errors import SinkSchemaError
+from coordinator.sinks import deletes
 from coordinator.sinks.base import schema_difference
 
 OWNER_FILE = "_abs_sink.json"
@@ -63,8 +66,18 @@ def _types(schema: pa.Schema) -> dict[str, str]:
     return {f.name: str(f.type) for f in schema}
 
 
+def _owner_key(owner: dict) -> tuple[str, ...] | None:
+    """The key an owner record names: a list of columns (a single column's name, as older records say it)."""
+    key = owner.get("key")
+    return None if key is None else (key,) if isinstance(key, str) else tuple(key)
+
+
+def _named(key: tuple[str, ...] | None) -> str:
+    return ", ".join(map(repr, key)) if key else "nothing (an append sink)"
+
+
 class ParquetDirectory:
-    def __init__(self, path: str | Path, schema: pa.Schema, key: str | None) -> None:
+    def __init__(self, path: str | Path, schema: pa.Schema, key: tuple[str, ...] | None) -> None:
         self.path = Path(path)
         self.schema = schema
         self.key = key
@@ -78,9 +91,10 @@ class ParquetDirectory:
                                   f"directory's layout uses as partition names: rename the column(s)")
         self.path.mkdir(parents=True, exist_ok=True)
         owner = self._owner()
-        if owner is not None and owner.get("key") != self.key:
-            raise SinkSchemaError(f"{self.describe()} holds a sink keyed by {owner.get('key')!r}, the sink declares "
-                                  f"key {self.key!r}; nothing was written: point the sink at another directory")
+        if owner is not None and _owner_key(owner) != self.key:
+            raise SinkSchemaError(f"{self.describe()} holds a sink keyed by {_named(_owner_key(owner))}, the sink "
+                                  f"declares key {_named(self.key)}; nothing was written: point the sink at another "
+                                  f"directory")
         foreign = sorted(e.name for e in self.path.iterdir()
                          if not e.name.startswith(("_", ".")) and not _GENERATION.fullmatch(e.name))
         if foreign:
@@ -104,6 +118,10 @@ class ParquetDirectory:
         through = self.committed_through(job, sink)
         if through is not None and checkpoint_id <= through:
             return False
+        rows, tombstones = deletes.split(rows)
+        if tombstones.num_rows and self.key is not None and self._holds_any(tombstones):
+            self._rewrite(checkpoint_id, rows, tombstones)
+            return True
         live = self._live()
         if live is None:  # the first commit: an empty generation is empty content
             live = self.path / "generation=1"
@@ -150,11 +168,34 @@ class ParquetDirectory:
         if self.key is None:
             return rows
         # checkpoint order in, so each key's last row is its newest (ordered aggregation: one thread)
-        values = [c for c in self.schema.names if c != self.key]
+        key = list(self.key)
+        values = [c for c in self.schema.names if c not in key]
         keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-        newest = rows.group_by(self.key, use_threads=False).aggregate([(c, "last", keep_nulls) for c in values])
-        newest = newest.select([*(f"{c}_last" for c in values), self.key]).rename_columns([*values, self.key])
+        newest = rows.group_by(key, use_threads=False).aggregate([(c, "last", keep_nulls) for c in values])
+        newest = newest.select([*(f"{c}_last" for c in values), *key]).rename_columns([*values, *key])
         return newest.select(self.schema.names)
+
+    def _keys(self, rows: pa.Table) -> list[tuple]:
+        return list(zip(*(rows.column(c).to_pylist() for c in self.key), strict=True)) if rows.num_rows else []
+
+    def _holds_any(self, tombstones: pa.Table) -> bool:
+        return bool(set(self._keys(tombstones)) & set(self._keys(self.read())))
+
+    def _rewrite(self, checkpoint_id: int, rows: pa.Table, tombstones: pa.Table) -> None:
+        """A checkpoint that deletes keys: the whole new content (what readers see now, ``rows`` upserted,
+        the tombstones' keys gone) as the next generation, one compacted checkpoint ``checkpoint_id``,
+        published by one rename as a revert is."""
+        gone = set(self._keys(tombstones))
+        fresh = self._conform(rows)
+        replaced = gone | set(self._keys(fresh))
+        current = self.read()
+        kept = current.filter(pa.array([k not in replaced for k in self._keys(current)], pa.bool_()))
+        stage = self._stage()
+        self._write(stage / f"checkpoint_id={checkpoint_id}" / PART, pa.concat_tables([kept, fresh]))
+        fsync(stage)
+        generation = max(_numbered(self.path, _GENERATION), default=0) + 1
+        self._publish(stage, self.path / f"generation={generation}")
+        self._tidy()
 
     # the steps
 
@@ -215,7 +256,7 @@ class ParquetDirectory:
             self.path.mkdir(parents=True, exist_ok=True)
             draft = self.path / f"{STAGE_PREFIX}{uuid.uuid4().hex}.json"
             with open(draft, "w") as out:
-                json.dump({"job": job, "sink": sink, "key": self.key}, out)
+                json.dump({"job": job, "sink": sink, "key": list(self.key) if self.key else None}, out)
                 out.flush()
                 os.fsync(out.fileno())
             try:

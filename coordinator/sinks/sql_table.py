@@ -10,6 +10,8 @@ transaction status and high-water marks change in one transaction.
 
 Upserts: PostgreSQL copies the rows into a temporary table and upserts them in
 one statement; SQLite runs one prepared INSERT ... ON CONFLICT for all rows.
+Deletes: a checkpoint's tombstones (``coordinator.sinks.deletes``) delete their
+keys' rows in the same transaction, after its upserts.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import io
 from functools import cached_property
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from coordinator.errors import SinkSchemaError
+from coordinator.sinks import deletes
 from coordinator.types import sql_type
 
 COMMITS = "absreplay_sink_commits"
@@ -40,16 +42,18 @@ class SqlTableTarget:
     #: (``coordinator.sinks.transactions.write_merged``): rows carry their own checkpoint id
     merges_commits = True
 
-    def __init__(self, table: str, schema: pa.Schema, key: str | None, url: str | None, catalog_url: str) -> None:
+    def __init__(self, table: str, schema: pa.Schema, key: tuple[str, ...] | None, url: str | None,
+                 catalog_url: str) -> None:
         self.table, self.schema, self.key = table, schema, key
         self.url = url or catalog_url
         self.in_catalog = not url
         self.columns = tuple(schema.names)
-        self.values = tuple(c for c in self.columns if c != key)
+        self.values = tuple(c for c in self.columns if c not in (key or ()))
         metadata = sa.MetaData()
         self._table = sa.Table(
             table, metadata,
-            *(sa.Column(f.name, self._sql(f), primary_key=f.name == key, nullable=f.name != key) for f in schema),
+            *(sa.Column(f.name, self._sql(f), primary_key=f.name in (key or ()), nullable=f.name not in (key or ()))
+              for f in schema),
             sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
         )
         self._commits = sa.Table(
@@ -128,9 +132,21 @@ class SqlTableTarget:
         done = self.committed_in(conn, job, sink)
         if done is not None and done >= checkpoint_id:
             return False
-        self.upsert(conn, checkpoint_id, rows)
+        upserts, tombstones = deletes.split(rows)
+        self.upsert(conn, checkpoint_id, upserts)
+        self.delete_keys(conn, tombstones)
         self._record(conn, job, sink, checkpoint_id)
         return True
+
+    def delete_keys(self, conn: Connection, tombstones: pa.Table) -> int:
+        """Delete the rows of the keys of ``tombstones`` (keys a keyed operator deleted); returns how many were there."""
+        if tombstones.num_rows == 0 or self.key is None:
+            return 0
+        t = self._table
+        keys = zip(*(tombstones.column(c).to_pylist() for c in self.key), strict=True)
+        result = conn.execute(sa.delete(t).where(*(t.c[c] == sa.bindparam(f"k{i}") for i, c in enumerate(self.key))),
+                              [{f"k{i}": v for i, v in enumerate(k)} for k in keys])
+        return result.rowcount
 
     def revert_in(self, conn: Connection | Session, job: str, sink: str, checkpoint_id: int,
                   rows: pa.Table) -> int:
@@ -143,19 +159,23 @@ class SqlTableTarget:
             removed = conn.execute(sa.delete(self._table).where(self._table.c.checkpoint_id > checkpoint_id)).rowcount
             self._record(conn, job, sink, checkpoint_id)
             return removed
-        target: dict[object, tuple] = {}
+        n = len(self.key)
+        target: dict[tuple, tuple] = {}
         if rows.num_rows:
-            keys = rows.column(self.key).to_pylist()
+            keys = zip(*(rows.column(c).to_pylist() for c in self.key), strict=True)
             values = zip(*(rows.column(c).to_pylist() for c in self.values), strict=True)
             target = dict(zip(keys, values, strict=True))
         t = self._table
-        current = {r[0]: tuple(r[1:]) for r in conn.execute(sa.select(*(t.c[c] for c in self.columns))).all()}
+        current = {tuple(r[:n]): tuple(r[n:])
+                   for r in conn.execute(sa.select(*(t.c[c] for c in (*self.key, *self.values)))).all()}
         gone = [k for k in current if k not in target]
         if gone:
-            conn.execute(sa.delete(t).where(t.c[self.key] == sa.bindparam("k")), [{"k": k} for k in gone])
-        back = [k for k, v in target.items() if current.get(k) != v]
+            conn.execute(sa.delete(t).where(*(t.c[c] == sa.bindparam(f"k{i}") for i, c in enumerate(self.key))),
+                         [{f"k{i}": v for i, v in enumerate(k)} for k in gone])
+        back = {k for k, v in target.items() if current.get(k) != v}
         if back:
-            changed = rows.filter(pc.is_in(rows.column(self.key), value_set=pa.array(back)))
+            keys = rows.select(list(self.key)).to_pylist()
+            changed = rows.filter(pa.array([tuple(k.values()) in back for k in keys]))
             self.upsert(conn, checkpoint_id,
                         changed.select(list(self.columns)).append_column("checkpoint_id", changed.column("updated")))
         self._record(conn, job, sink, checkpoint_id)
@@ -184,7 +204,8 @@ class SqlTableTarget:
             conflict = ""
         else:
             updates = ", ".join(f'"{c}" = excluded."{c}"' for c in (*self.values, "checkpoint_id"))
-            conflict = f'ON CONFLICT ("{self.key}") DO UPDATE SET {updates}'
+            key = ", ".join(f'"{c}"' for c in self.key)
+            conflict = f'ON CONFLICT ({key}) DO UPDATE SET {updates}'
         if conn.dialect.name == "postgresql":
             # COPY into a temporary table, then one set-based upsert: far faster than row inserts
             buf = io.StringIO()

@@ -11,7 +11,9 @@ checkpoint; transactions commit in checkpoint order. Abort only changes the
 status: the files go with the checkpoint's directory. Several transactions of
 a sink table in the catalog that one finalize commits (a catch-up) share its
 database transaction, so their rows are written as one upsert of each key's
-latest row (``write_merged``): the table they leave is the same.
+latest row (``write_merged``): the table they leave is the same. Staged rows of
+an operator that deletes keys carry its tombstones (``coordinator.sinks.deletes``):
+each target deletes their keys in the same commit.
 
 Verification: the ack recorded the staged files' manifest (coordinator.checkpoints.manifests);
 a commit reads the files through it, so a missing, truncated or replaced file
@@ -48,6 +50,7 @@ from coordinator.dataflow.jobs import JobDefinition, SinkSpec
 from coordinator.errors import SinkCommitError
 from coordinator.faults import fault_point
 from coordinator.sinks.base import SinkTarget
+from coordinator.sinks.deletes import DELETE
 
 
 def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Table:
@@ -59,7 +62,8 @@ def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Tabl
     if "updated" not in dataset.schema.names:  # an epoch that changed no row staged no Parquet file
         return pa.table({c: [] for c in columns})
     flt = None if base is None else pc.field("updated") > base
-    return dataset.to_table(columns=list(columns), filter=flt)
+    marker = [DELETE] if DELETE in dataset.schema.names else []
+    return dataset.to_table(columns=[*columns, *marker], filter=flt)
 
 
 def staged_rows(txn: SinkTransaction, columns: tuple[str, ...], way_on: Callable[[], str]) -> pa.Table:
@@ -67,14 +71,18 @@ def staged_rows(txn: SinkTransaction, columns: tuple[str, ...], way_on: Callable
     if txn.checksum is None:  # staged before the catalog recorded manifests (revision 0004)
         return read_staged(txn.staged_uri, columns, txn.base_checkpoint_id)
     files = manifests.verified(txn.staged_uri, txn.checksum, txn.job, txn.checkpoint_id, way_on)
-    wanted = [*columns, "updated"]
-    tables = [pq.read_table(pa.BufferReader(data), columns=wanted) for _, data in files]
+    tables = []
+    for _, data in files:
+        file = pq.ParquetFile(pa.BufferReader(data))
+        # a keyed operator that deletes keys stages its tombstones too (``coordinator.sinks.deletes``)
+        marker = [DELETE] if DELETE in file.schema_arrow.names else []
+        tables.append(file.read(columns=[*columns, *marker, "updated"]))
     if not tables:
         return pa.table({c: [] for c in columns})
     rows = pa.concat_tables(tables, promote_options="default")
     if txn.base_checkpoint_id is not None:
         rows = rows.filter(pc.greater(rows.column("updated"), txn.base_checkpoint_id))
-    return rows.select(list(columns))
+    return rows.select([*columns, *([DELETE] if DELETE in rows.column_names else [])])
 
 
 def stage(s: Session, job: str, sink_name: str, checkpoint_id: int, uri: str, base: int | None, rows: int,
@@ -157,7 +165,8 @@ def write_merged(s: Session, sink: SinkSpec, job: str, batches: list[tuple[int, 
     one: per key the row of the latest checkpoint, stamped with that checkpoint (an append sink:
     every row, each with its own). What committing them one after the other leaves in the table,
     at the cost of one upsert, not one per checkpoint (a catch-up of n epochs that each touch most
-    keys wrote every key n times). Checkpoints the table's commit record already holds are skipped."""
+    keys wrote every key n times). Checkpoints the table's commit record already holds are skipped. A key
+whose latest row is a tombstone (``coordinator.sinks.deletes``) is deleted."""
     target = target_of(s, sink)
     done = target.committed_in(s, job, sink.name)
     batches = [(cid, rows) for cid, rows in batches if done is None or cid > done]
@@ -166,8 +175,9 @@ def write_merged(s: Session, sink: SinkSpec, job: str, batches: list[tuple[int, 
     rows = pa.concat_tables([rows.append_column("checkpoint_id", pa.repeat(pa.scalar(cid, pa.int64()), rows.num_rows))
                              for cid, rows in batches], promote_options="default")
     if target.key is not None and rows.num_rows:  # each key's last row: the latest checkpoint's
-        positions = rows.select([target.key]).append_column("_position", pa.array(np.arange(rows.num_rows)))
-        rows = rows.take(positions.group_by(target.key).aggregate([("_position", "max")]).column("_position_max"))
+        positions = rows.select(list(target.key)).append_column("_position", pa.array(np.arange(rows.num_rows)))
+        rows = rows.take(positions.group_by(list(target.key)).aggregate([("_position", "max")])
+                         .column("_position_max"))
     target.commit_in(s, job, sink.name, batches[-1][0], rows)
 
 

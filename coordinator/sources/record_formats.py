@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coordinator.sources.event_time import TimestampError, event_time_ms
+
 #: why a line is not a record (None: it is one)
 LineCheck = Callable[[bytes], "str | None"]
 
@@ -46,6 +48,25 @@ class TextLines:
         return None if self.check is None else self.check(line)
 
 
+#: the types an event-time field can be declared with: epoch milliseconds, or a timestamp
+TIME_TYPES = ("long", "int", "timestamp")
+
+
+def _check_time_field(fields: tuple[tuple[str, str], ...], time_field: str | None) -> None:
+    if time_field is not None and dict(fields).get(time_field) not in TIME_TYPES:
+        raise ValueError(f"time field {time_field!r}: declare it among the fields as int (epoch ms) or as a "
+                         "timestamp (datetime, or \"timestamp\": ISO-8601 strings in JSON and CSV)")
+
+
+def _timestamp_problem(value: object) -> str | None:
+    """Why ``value`` is no timestamp Spark reads the same way every time (None: it is one)."""
+    try:
+        event_time_ms(value, "timestamp")
+    except TimestampError as exc:
+        return str(exc)
+    return None
+
+
 def _fits(value: object, ddl_type: str) -> bool:
     if ddl_type in ("long", "int"):
         return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
@@ -55,6 +76,8 @@ def _fits(value: object, ddl_type: str) -> bool:
         return isinstance(value, bool)
     if ddl_type == "string":
         return isinstance(value, str)
+    if ddl_type == "timestamp":
+        return _timestamp_problem(value) is None
     if ddl_type.startswith("array<"):
         return isinstance(value, list) and all(_fits(v, ddl_type[6:-1]) for v in value)
     return False
@@ -77,7 +100,8 @@ def _csv_fits(text: str, ddl_type: str) -> bool:
 @dataclass(frozen=True)
 class JsonLines:
     """One JSON object a line with the declared ``fields`` (name -> type; other keys are ignored).
-    ``time_field``: an integer field in epoch milliseconds, the record's event time (windows).
+    ``time_field``: the record's event time (windows): an integer field in epoch milliseconds, or a
+    ``timestamp`` field, an ISO-8601 string read as Spark reads it (``coordinator.sources.event_time``).
     ``id_field``: the record's id (a string or integer field): a record whose id was seen already is a
     dead letter at inject (the id store: Bloom filters and exact ids per event-time window)."""
 
@@ -91,8 +115,7 @@ class JsonLines:
                                           or self.time_field is None):
             raise ValueError(f"id field {self.id_field!r}: declare it among the fields as str or int, and a "
                              "time field (the id store keeps ids per event-time window)")
-        if self.time_field is not None and names.get(self.time_field) not in ("long", "int"):
-            raise ValueError(f"time field {self.time_field!r}: declare it among the fields as int (epoch ms)")
+        _check_time_field(self.fields, self.time_field)
 
     checks_each_line = True
 
@@ -108,7 +131,10 @@ class JsonLines:
         for name, t in self.fields:
             if name not in obj or obj[name] is None:
                 return f"field {name!r} is missing"
-            if not _fits(obj[name], t):
+            if t == "timestamp":
+                if why := _timestamp_problem(obj[name]):
+                    return f"field {name!r} is not a timestamp ({why}): {obj[name]!r}"[:300]
+            elif not _fits(obj[name], t):
                 return f"field {name!r} is not a {t}: {obj[name]!r}"[:300]
         return None
 
@@ -126,6 +152,9 @@ class Csv:
     time_field: str | None = None
     delimiter: str = ","
 
+    def __post_init__(self) -> None:
+        _check_time_field(self.fields, self.time_field)
+
     checks_each_line = True
 
     def problem(self, line: bytes) -> str | None:
@@ -133,7 +162,10 @@ class Csv:
         if len(parts) != len(self.fields):
             return f"expected {len(self.fields)} fields separated by {self.delimiter!r}, found {len(parts)}"
         for (name, t), text in zip(self.fields, parts, strict=True):
-            if not _csv_fits(text, t):
+            if t == "timestamp":
+                if why := _timestamp_problem(text):
+                    return f"field {name!r} is not a timestamp ({why}): {text!r}"[:300]
+            elif not _csv_fits(text, t):
                 return f"field {name!r} is not a {t}: {text!r}"[:300]
         return None
 
@@ -145,11 +177,16 @@ class Csv:
 @dataclass(frozen=True)
 class ParquetFiles:
     """Parquet segment files, one record a row, with the declared ``fields`` (other columns are not
-    read); ``time_field`` as for ``JsonLines``. A file without a declared field, or with another type,
-    is refused at inject, naming the file; a row with a null field is a dead letter."""
+    read); ``time_field`` as for ``JsonLines`` (a ``timestamp`` column: Parquet's timestamps in ms or us,
+    with a time zone or without one, then read in the session time zone, UTC). A file without a declared
+    field, or with another type, is refused at inject, naming the file; a row with a null field is a
+    dead letter."""
 
     fields: tuple[tuple[str, str], ...]
     time_field: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_time_field(self.fields, self.time_field)
 
     checks_each_line = False
 

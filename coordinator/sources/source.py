@@ -27,8 +27,10 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from coordinator.errors import SourceError
+from coordinator.sources.event_time import event_time_ms
 from coordinator.sources.record_formats import JsonLines, ParquetFiles, RecordFormat, TextLines
 from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_of, preview
 
@@ -221,15 +223,16 @@ def _id_record(i: int, line: bytes, lines: TextLines) -> IdRecord | BadRecord:
 
 def _field_id_record(i: int, line: bytes, fmt: JsonLines) -> IdRecord | BadRecord:
     """A JSON line (already checked against its fields) as an id record: its id field, and its event
-    time (ms) in seconds, the id store's unit."""
+    time (ms, or a timestamp read as Spark reads it) in seconds, the id store's unit."""
     obj = json.loads(line)
-    rid, ts = obj[fmt.id_field], obj[fmt.time_field]
+    rid, ts = obj[fmt.id_field], event_time_ms(obj[fmt.time_field], dict(fmt.fields)[fmt.time_field])
     rid = str(rid) if type(rid) is int else rid
     if not 1 <= len(rid) <= MAX_ID_LENGTH or "\x00" in rid:
         return BadRecord(i, f"id field {fmt.id_field!r} must be 1 to {MAX_ID_LENGTH} characters, no NUL",
                          preview(line))
     if not 0 <= ts // 1000 <= MAX_EVENT_TIME:
-        return BadRecord(i, f"time field {fmt.time_field!r} must be a non-negative epoch time in ms", preview(line))
+        return BadRecord(i, f"time field {fmt.time_field!r} must be a non-negative epoch time in ms "
+                         "(not before 1970)", preview(line))
     return IdRecord(i, rid, ts // 1000)
 
 
@@ -318,25 +321,33 @@ def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegmen
     declared field is a dead letter. SourceError (exit 2) for a file that is not Parquet or lacks a
     declared field or has it with another type: nothing of the batch is registered."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-
-    from coordinator.types import arrow_type
 
     stat = path.stat()
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"segment {path} is not a Parquet file: {str(exc).splitlines()[0]}") from None
+    rows, nulls = checked_parquet_rows(parquet, fmt.fields, f"segment {path}")
+    bad = [BadRecord(i, reason, payload) for i, reason, payload in nulls]
+    return ScannedSegment(partition, path.name, path, rows.num_rows, stat.st_size, checksum_of(path),
+                          stat.st_mtime_ns, bad, [])
+
+
+def checked_parquet_rows(parquet, fields, where: str) -> tuple[Any, list[tuple[int, str, str]]]:
+    """The declared columns of a ``pyarrow.parquet.ParquetFile`` (a segment, a Delta table's file), and its
+    rows with a null in one: (row index, reason, payload) each, dead letters. SourceError naming ``where`` for
+    a missing declared column or one of another type (``parquet_column_problem``)."""
+    import pyarrow.compute as pc
+
     schema = parquet.schema_arrow
-    for name, t in fmt.fields:
+    for name, t in fields:
         if name not in schema.names:
-            raise SourceError(f"segment {path} has no column {name!r} (the job declares {fmt.fields})")
-        found, wanted = schema.field(name).type, arrow_type(t)
-        if not (found == wanted or (pa.types.is_string(wanted) and pa.types.is_large_string(found))):
-            raise SourceError(f"segment {path}: column {name!r} is {found}, the job declares {t}")
-    bad: list[BadRecord] = []
-    rows = parquet.read(columns=[name for name, _ in fmt.fields])
+            raise SourceError(f"{where} has no column {name!r} (the job declares {fields})")
+        if problem := parquet_column_problem(parquet, name, t):
+            raise SourceError(f"{where}: column {name!r} {problem}")
+    rows = parquet.read(columns=[name for name, _ in fields])
+    bad: list[tuple[int, str, str]] = []
     valid = None
     for column in rows.columns:
         mask = column.is_valid()
@@ -345,6 +356,29 @@ def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegmen
         for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
             row = rows.slice(i, 1).to_pylist()[0]
             nulls = ", ".join(k for k, v in row.items() if v is None)
-            bad.append(BadRecord(i, f"field(s) {nulls} are null", preview(json.dumps(row, default=str).encode())))
-    return ScannedSegment(partition, path.name, path, rows.num_rows, stat.st_size, checksum_of(path),
-                          stat.st_mtime_ns, bad, [])
+            bad.append((i, f"field(s) {nulls} are null", preview(json.dumps(row, default=str).encode())))
+    return rows, bad
+
+
+def parquet_column_problem(parquet, name: str, declared: str) -> str | None:
+    """Why column ``name`` of a ``pyarrow.parquet.ParquetFile`` is not what Spark reads as the ``declared``
+    type (None: it is). A timestamp: Parquet's INT96, or INT64 timestamps in milliseconds or microseconds,
+    with a time zone (an instant) or without (a wall-clock time, read in the session time zone, UTC);
+    Spark refuses nanoseconds."""
+    import pyarrow as pa
+
+    from coordinator.types import arrow_type
+
+    found = parquet.schema_arrow.field(name).type
+    if declared == "timestamp" and pa.types.is_timestamp(found):
+        column = next(c for c in (parquet.schema.column(i) for i in range(len(parquet.schema))) if c.path == name)
+        if column.physical_type == "INT96" or json.loads(column.logical_type.to_json()).get("timeUnit") in (
+                "milliseconds", "microseconds"):
+            return None
+        return ("holds timestamps in nanoseconds, which Spark does not read: write them in microseconds "
+                "(pyarrow.parquet.write_table(..., coerce_timestamps='us', allow_truncated_timestamps=True), "
+                "pandas' to_parquet takes the same options)")
+    wanted = arrow_type(declared)
+    if found == wanted or (pa.types.is_string(wanted) and pa.types.is_large_string(found)):
+        return None
+    return f"is {found}, the job declares {declared}"

@@ -11,9 +11,13 @@ watermark. The operators (``spark_jobs.operators.keyed_operators``):
   the changed rows;
 - keyed process function: the state rows of the keys the epoch touches with
   the records; its rows replace those keys'; emits them;
-- event-time window, two-input join: ``spark_jobs.operators.keyed_operators``;
+- event-time window, two-input join: ``spark_jobs.operators.keyed_operators``; session windows:
+  ``spark_jobs.operators.session_windows``; interval join: ``spark_jobs.operators.interval_join``;
 - iterate: head and body round by round, each round materialized, until
   ``max_rounds`` or until nothing circulates (the back-edge log).
+
+An aggregate's or process function's state TTL (``spark_jobs.operators.ttl``) turns the keys whose TTL is
+over into tombstones in the same materialization.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pyspark.sql.types import StructType
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.types import ddl
 from spark_jobs.operators import keyed_operators as ko
+from spark_jobs.operators import interval_join, session_windows, ttl
 from spark_jobs.records.epoch_source import keeps_input_file
 from spark_jobs.records.record_parsing import record_schema
 from spark_jobs.records.spark_types import spark_schema
@@ -54,6 +59,12 @@ class Dataflow:
         self.nodes = {n.name: n for n in self.spec.nodes}
         self.loop = next((n for n in self.spec.nodes if n.kind == "iterate"), None)
         self._schemas: dict[str, StructType] = {}
+        #: the newest checkpoint whose snapshot is durable, set by the runner before each epoch: tombstones at or
+        #: below it leave the state (``spark_jobs.operators.deletes``); None: none is, they stay
+        self.durable: int | None = None
+        #: state TTL (``spark_jobs.operators.ttl``): the lineage the next epoch starts from, set by the runner
+        #: and by verify; each epoch's keys dropped
+        self.expiry = ttl.Expiry()
 
     # -- what the runner asks -----------------------------------------------------------------------
     @property
@@ -64,7 +75,7 @@ class Dataflow:
     def needs_sequence_numbers(self) -> bool:
         """Windows and joins keep records' source positions (dead letters, a buffered record's identity);
         structured formats parse every line; the others read plain lines, faster."""
-        return any(n.kind in ("window", "join") for n in self.spec.nodes)
+        return any(n.kind in ("window", "join", "interval_join") for n in self.spec.nodes)
 
     @cached_property
     def back_edge_schema(self) -> StructType:
@@ -179,21 +190,34 @@ class Dataflow:
         columns = None if spec.columns is None else [c for c, _ in spec.columns]
         if node.kind in ("aggregate", "process"):
             if node.kind == "aggregate":
-                new = ko.aggregate(state, ins[0], node, columns, checkpoint_id)
+                new = ttl.aggregate(state, ins[0], node, columns, checkpoint_id, self.durable) if ttl.has(
+                    node) else ko.aggregate(state, ins[0], node, columns, checkpoint_id)
             else:
-                new = ko.process(state, ins[0], node, columns, checkpoint_id, dry)
+                new = (ttl.process if ttl.event_ttl(node) else ko.process)(state, ins[0], node, columns,
+                                                                          checkpoint_id, dry, self.durable)
+            new = self.expiry.expire(new, node, columns, checkpoint_id, self.job.parallelism, dry,
+                                     watermarks.get(node.name))
             # materialized once: its snapshot and every operator downstream read this copy
             new = ko.materialized(new, dry)
+            if ttl.event_ttl(node) is not None and not dry:  # an event-time TTL's watermark, acked with the state
+                out.watermarks[node.name] = self.expiry.watermark(node, watermarks.get(node.name))
             return new, new.where(F.col("updated") == F.lit(checkpoint_id))
         if node.kind == "window":
-            new, emitted, late, mark = ko.window(state, ins[0], node, columns, watermarks.get(node.name),
-                                                 checkpoint_id, dry)
+            windows = session_windows.session if session_windows.is_session(node) else ko.window
+            new, emitted, late, mark = windows(state, ins[0], node, columns, watermarks.get(node.name),
+                                               checkpoint_id, dry)
             out.watermarks[node.name] = mark
             out.outputs[f"{node.name}_late"] = late
             return ko.materialized(new, dry), emitted
         if node.kind == "join":
             new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id, dry)
             return ko.materialized(new, dry), matched
+        if node.kind == "interval_join":  # spark_jobs.operators.interval_join (a restore reads its watermark
+            # from its state): a state n it returns is an immutable copy already
+            new, joined, late, out.watermarks[node.name] = interval_join.epoch(state, ins[0], ins[1], node,
+                                                                               checkpoint_id, dry, watermarks)
+            out.outputs[f"{node.name}_late"] = late
+            return new, joined
         new, out.back_edge = self._loop(spark, state, ins[0], back_edge, checkpoint_id, max_rounds, dry)
         return new, new.where(F.col("updated") == F.lit(checkpoint_id))
 

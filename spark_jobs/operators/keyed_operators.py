@@ -23,6 +23,9 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from absreplay.job_graph import emitted, hidden
+from coordinator.sinks.deletes import DELETE
+from spark_jobs.operators import deletes
+from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.spark_types import spark_type
 
 LATE_COLUMNS = ("partition", "offset", "reason", "payload")
@@ -43,24 +46,36 @@ def _parts(name: str, agg: Any) -> list[tuple[str, Column, Any]]:
     return [(name, F.col(agg.column).cast(t), merge)]
 
 
+class Folding:
+    """How a keyed operator's aggregates fold records into its state: each record's contributions (key
+    columns, ``extra``, one column per aggregate part, ``updated``), the merge per group, and the means
+    computed from their hidden sum and count after it."""
+
+    def __init__(self, node: Any, extra: list[Column], checkpoint_id: int) -> None:
+        self.contributions: list[Column] = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key] + extra
+        self.merges: list[Column] = []
+        self.means: list[str] = []
+        for name, agg in node.aggregates.items():
+            for column, value, merge in _parts(name, agg):
+                self.contributions.append(value.alias(column))
+                self.merges.append(merge(F.col(column)).alias(column))
+            if agg.kind == "mean":
+                self.means.append(name)
+        self.contributions.append(F.lit(checkpoint_id).cast("long").alias("updated"))
+
+    def with_means(self, merged: DataFrame) -> DataFrame:
+        for name in self.means:
+            merged = merged.withColumn(name, F.col(hidden(name, "sum")) / F.col(hidden(name, "count")))
+        return merged
+
+
 def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra: list[Column],
           columns: list[str], checkpoint_id: int) -> DataFrame:
     """Union the state with the rows' contributions and aggregate per ``group``: one shuffle."""
-    contributions: list[Column] = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key] + extra
-    merges: list[Column] = []
-    means = []
-    for name, agg in node.aggregates.items():
-        for column, value, merge in _parts(name, agg):
-            contributions.append(value.alias(column))
-            merges.append(merge(F.col(column)).alias(column))
-        if agg.kind == "mean":
-            means.append(name)
-    contributions.append(F.lit(checkpoint_id).cast("long").alias("updated"))
-    merged = state.unionByName(rows.select(*contributions)).groupBy(*group).agg(
-        *merges, F.max("updated").alias("updated"))
-    for name in means:
-        merged = merged.withColumn(name, F.col(hidden(name, "sum")) / F.col(hidden(name, "count")))
-    return merged.select(*columns)
+    folding = Folding(node, extra, checkpoint_id)
+    merged = state.unionByName(rows.select(*folding.contributions)).groupBy(*group).agg(
+        *folding.merges, F.max("updated").alias("updated"))
+    return folding.with_means(merged).select(*columns)
 
 
 def materialized(df: DataFrame, dry: bool) -> DataFrame:
@@ -73,16 +88,26 @@ def aggregate(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], 
 
 
 def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int,
-            dry: bool = False) -> DataFrame:
-    """``dry``: plan only (the schema of a dry run), no Spark job."""
+            dry: bool = False, durable: int | None = None) -> DataFrame:
+    """``dry``: plan only (the schema of a dry run), no Spark job. The function's rows with ``_delete``
+    true delete their keys: a live key becomes a tombstone (``spark_jobs.operators.deletes``; one for a
+    key the state does not hold is dropped); ``durable``: the newest checkpoint whose snapshot is durable
+    (older tombstones leave the state)."""
     keys = list(node.key_names)
+    state = deletes.purged(state, durable)
     touched = rows.select(*keys).distinct()
-    current = state.join(touched, keys, "left_semi").drop("updated")
-    values = [c for c in columns if c not in (*keys, "updated")]
-    fresh = node.fn(current, rows).select(
-        *[F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key], *values,
+    current = deletes.live(state).join(touched, keys, "left_semi").drop("updated", DELETE)
+    values = [c for c in columns if c not in (*keys, "updated", DELETE)]
+    out = node.fn(current, rows)
+    gone = F.coalesce(F.col(DELETE).cast("boolean"), F.lit(False)) if DELETE in out.columns else F.lit(False)
+    fresh = out.select(
+        *[F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key],
+        *[F.when(~gone, F.col(c)).alias(c) for c in values], deletes.marker(gone),
         F.lit(checkpoint_id).cast("long").alias("updated"),
     )
+    # a delete of a key the state does not hold deletes nothing: no tombstone
+    fresh = fresh.where(~deletes.is_tombstone()).unionByName(
+        fresh.where(deletes.is_tombstone()).join(current.select(*keys), keys, "left_semi"))
     fresh = materialized(fresh, dry)
     kept = state.join(fresh.select(*keys), keys, "left_anti")
     return kept.unionByName(fresh.select(*columns))
@@ -92,7 +117,7 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
            checkpoint_id: int, dry: bool) -> tuple[DataFrame, DataFrame, DataFrame, int | None]:
     """(state n, the windows emitted, the late records as dead letters, the watermark after the epoch)."""
     size, slide, lateness = node.window.size_ms, node.window.slide_ms, node.lateness_ms
-    t = F.col(node.time).cast("long")
+    t = event_ms(rows, node.time)
     last = F.floor(t / slide).cast("long") * slide  # the latest window holding t starts here
     first = (F.floor((t - size) / slide).cast("long") + 1) * slide
     # the newest event time is observed in the pass that folds the epoch: no Spark job of its own
@@ -124,7 +149,7 @@ def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFra
     reason = F.format_string(
         f"late for {node.name}: event time %d is in window(s) ending by %d, all emitted already: the watermark "
         f"was {mark} (delay {node.delay_ms} ms, allowed lateness {node.lateness_ms} ms)",
-        F.col(node.time).cast("long"), ends)
+        event_ms(late, node.time), ends)
     return late.select(
         (F.col("_partition") if "_partition" in has else F.lit(node.name)).alias("partition"),
         (F.col("_seq") if "_seq" in has else F.lit(-1).cast("long")).alias("offset"),

@@ -15,6 +15,7 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
 from spark_jobs.run import back_edge_log
 from spark_jobs.state import keyed_state
+from spark_jobs.operators import ttl
 from spark_jobs.operators.dataflow import Dataflow
 
 
@@ -87,6 +88,10 @@ class StateRestorer:
         if heads and self.flow.is_iterative:
             log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
             heads = None
+        if heads and any(spec.kind == "interval_join" for spec in job.states):
+            log("  an interval join's watermark is read from all of its subtasks' state at one checkpoint: all "
+                "of them restart")
+            heads = None
         if heads and len(job.states) > 1:
             log("  the job has several stateful operators, each upstream of the next: all of them restart")
             heads = None
@@ -116,7 +121,9 @@ class StateRestorer:
             schema = self.flow.state_schema(self.spark, spec.operator)
             states[spec.operator] = keyed_state.restore(self.spark, schema, spec.key, links[spec.operator],
                                                         job.parallelism, spec.identity)
-        watermarks = {spec.operator: watermark(acks, spec.operator) for spec in job.states if spec.kind == "window"}
+        # windows' watermarks, and event-time TTLs' (``spark_jobs.operators.ttl``)
+        watermarks = {spec.operator: watermark(acks, spec.operator) for spec in job.states
+                      if spec.kind == "window" or ttl.event_ttl(self.flow.nodes[spec.operator]) is not None}
         return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
                         parallelism=taken_at, watermarks=watermarks)
 

@@ -13,25 +13,26 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from collections.abc import Callable, Iterator, Mapping
 from functools import cache, cached_property
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from sqlalchemy import select
-
-from coordinator.catalog import audit
-from coordinator.checkpoints import recovery, weak
-from coordinator.sources import segment_changes, source
+from coordinator.checkpoints import run_plan, weak
+from coordinator.dataflow import ttl as ttl_rules
+from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
+from coordinator.sources import delta_source, segment_changes, source
 from coordinator.faults import fault_point
-from coordinator.catalog.models import DeadLetter, SourceSegment
+from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
+from coordinator.sources.delta_source import DeltaSource
 from coordinator.sources.record_formats import ParquetFiles
-from coordinator.sinks.dead_letters import DeadLetters
 from spark_jobs.state import keyed_state
+from spark_jobs.operators import ttl
 from spark_jobs.operators.dataflow import dataflow_of
+from spark_jobs.records.delta_epochs import read_delta_epoch
 from spark_jobs.records.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
 from spark_jobs.run.progress import Steps
 from spark_jobs.records.record_parsing import parse, record_schema
@@ -39,24 +40,6 @@ from spark_jobs.run.restore import Restored, StateRestorer
 from spark_jobs.run.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
 from spark_jobs.run.weak_snapshots import WeakSnapshotWriter
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    checkpoint_id: int
-    segments: list[SourceSegment]
-    dead_offsets: list[tuple[str, int]]
-    #: the checkpoint's dead letters against its epoch's records, as inject and the view say them
-    dead_letters: audit.EpochDeadLetters | None = None
-
-    @property
-    def records(self) -> int:
-        return sum(s.records for s in self.segments) - len(self.dead_offsets)
-
-    @property
-    def dead_letter_note(self) -> str:
-        """The epoch line's dead letters and their share: an epoch of refused records is not a quiet one."""
-        return f"; {self.dead_letters.summary()}" if self.dead_letters and self.dead_letters.count else ""
 
 
 @dataclass
@@ -142,7 +125,10 @@ class EpochRunner:
         mode: SnapshotMode = SnapshotMode.ASYNC,
         restore_from: int | None = None,
         max_epochs: int | None = None,
+        plan: RunPlan | None = None,
     ) -> None:
+        """``plan``: what the run does, read already (``coordinator.checkpoints.run_plan``, under the job's
+        lease); else ``run`` reads it, from ``restore_from`` (else the latest completed checkpoint)."""
         self.spark = spark
         self.store = store
         self.job = job
@@ -154,54 +140,34 @@ class EpochRunner:
         self.mode = SnapshotMode.WEAK if self.weak and mode is not SnapshotMode.NONE else mode
         self.restore_from = restore_from
         self.max_epochs = max_epochs
+        self.given_plan = plan
 
     # -- planning ------------------------------------------------------------------
-    def restore_point(self) -> int | None:
-        """The checkpoint to restore (recovery.resolve: the one asked for must be COMPLETED); a weak job
-        resumes after the last epoch its sources read (``coordinator.checkpoints.weak``)."""
-        if self.weak:
-            return weak.consumed_through(self.store, self.job) or None
-        return recovery.resolve(self.store, self.job.name, self.restore_from)
-
-    def plan(self, restored: int | None) -> list[EpochPlan]:
-        pending = self.store.pending_after(self.job.name, restored or 0)
-        if self.max_epochs is not None:
-            pending = pending[: self.max_epochs]
-        dead = self.source_dead_letters()
-        prev_cut = self.store.cut(self.job.name, restored) if restored else {}
-        plans = []
-        for ck in pending:
-            cut = self.store.cut(self.job.name, ck.checkpoint_id)
-            plans.append(self._plan_range(prev_cut, cut, ck.checkpoint_id, dead))
-            prev_cut = cut
-        figures = audit.epoch_dead_letters(self.store.engine, self.job.name, [pl.checkpoint_id for pl in plans])
-        return [replace(pl, dead_letters=figures[pl.checkpoint_id]) for pl in plans]
+    def read_plan(self, restored: Restored | None = None) -> RunPlan:
+        """The run's plan (``coordinator.checkpoints.run_plan``): the one handed in, else read now; after a
+        recovery's restore (``restored``), the epochs after the checkpoint it restored."""
+        if self.given_plan is not None:
+            return self.given_plan
+        return run_plan.read(self.store, self.job, self.restore_from, self.max_epochs,
+                             restored=None if restored is None else restored.checkpoint_id or 0)
 
     def plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int) -> EpochPlan:
         """The records between two cuts, as one epoch (e.g. everything before a cut, for verify)."""
-        return self._plan_range(start, end, checkpoint_id, self.source_dead_letters())
-
-    def source_dead_letters(self) -> list[tuple[int, str, int]]:
-        """(checkpoint, partition, offset) of the sources' dead letters (inject's: bad lines, duplicate ids),
-        which no operator reads. A record an operator made a dead letter (a window's late one: its ``segment``
-        is the operator) was dead for that operator alone: a replay or a recomputation reads it again, the
-        window finds it late again, and every other operator reading the same source counts it."""
-        operators = [s.declaration.operator for s in self.job.sinks if isinstance(s.declaration, DeadLetters)]
-        with self.store.sessions() as s:
-            return [tuple(row) for row in s.execute(
-                select(DeadLetter.checkpoint_id, DeadLetter.partition, DeadLetter.offset).where(
-                    DeadLetter.job == self.job.name, DeadLetter.segment.not_in(operators)))]
-
-    def _plan_range(self, start: dict[str, int], end: dict[str, int], checkpoint_id: int, dead) -> EpochPlan:
-        segments = self.store.segments_between(self.job.name, start, end)
-        offsets = [(p, o) for _, p, o in dead if start.get(p, 0) <= o < end.get(p, 0)]
-        return EpochPlan(checkpoint_id, segments, offsets)
+        return run_plan.epoch_between(run_plan.segments_of(self.store, self.job.name),
+                                      run_plan.source_dead_letters(self.store, self.job), start, end, checkpoint_id)
 
     def check_segments(self, plans: list[EpochPlan]) -> None:
         """Every segment an epoch reads is still what inject registered (SourceError, exit 2, naming
         it), before anything runs: a deleted, renamed, truncated, appended or rewritten segment would
         otherwise lose records, count them twice, or fail inside Spark (``coordinator.sources.segment_changes``)."""
-        segment_changes.check_before_run(self.input_dir, [(f"of epoch {p.checkpoint_id}", p.segments) for p in plans])
+        self.check_reads([(f"of epoch {p.checkpoint_id}", p.segments) for p in plans])
+
+    def check_reads(self, reads: list[tuple[str, list[SourceSegment]]]) -> None:
+        """``reads``: (what reads them, the segments): segment files (``segment_changes``) and Delta versions
+        (``delta_source``) are each as registered, or SourceError names the first that is not."""
+        segment_changes.check_before_run(self.input_dir, [(why, delta_source.file_segments(self.job, segments))
+                                                          for why, segments in reads])
+        delta_source.check_before_run(self.job, reads)
 
     @property
     def input_dir(self) -> Path:
@@ -252,7 +218,8 @@ class EpochRunner:
         for name, fmt in self.job.sources:
             segments, dead = self._of_source(name, plan.segments), self._of_source(name, plan.dead_offsets)
             if isinstance(fmt, ParquetFiles):
-                lines = read_parquet_epoch(self.spark, self.input_dir, segments, [c for c, _ in fmt.fields], dead)
+                lines = read_delta_epoch(self.spark, fmt, segments, dead) if isinstance(fmt, DeltaSource) else \
+                    read_parquet_epoch(self.spark, self.input_dir, segments, [c for c, _ in fmt.fields], dead)
                 if lines is None:
                     lines = self.spark.createDataFrame([], record_schema(fmt, True)).withColumnRenamed(
                         "_partition", "partition").withColumnRenamed("_seq", "seq")
@@ -282,8 +249,8 @@ class EpochRunner:
         """Process every pending epoch after the restore point; ``restored``: state already
         restored (and verified) by a recovery."""
         t_start = time.perf_counter()
-        point = restored.checkpoint_id if restored else self.restore_point()
-        plans = self.plan(point)
+        run = self.read_plan(restored)
+        point, plans = run.restore_point, run.epochs
         report = RunReport(restored_from=point)
         if not plans:
             log(f"{self.job.name}: no pending epochs after checkpoint {point or 0}")
@@ -293,9 +260,8 @@ class EpochRunner:
         keep = {} if restored is None else {
             plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
         }
-        ids = [pl.checkpoint_id for pl in plans]
-        self.store.begin_attempt(self.job.name, ids, str(self.mode), keep, definition=self.job,
-                                 epoch_starts=dict(zip(ids, [point or 0, *ids[:-1]], strict=True)))
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], str(self.mode), keep,
+                                 definition=self.job, epoch_starts=run.epoch_starts)
         log(
             f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
             f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}, "
@@ -306,7 +272,7 @@ class EpochRunner:
                                  incarnation(self.job_row.created_at),
                                  lambda: self.store.store_locations(self.job.name))
         # where each operator's state is: the restore point, or (weak) each operator's own head
-        heads = weak.heads(self.store, self.job) if self.weak else point
+        heads = run.heads if self.weak else point
         # the stores' tasks load their own state from the chains' files: only the chains are read here
         skip = stores.operators if stores is not None else set()
         if restored is None:
@@ -322,7 +288,11 @@ class EpochRunner:
         if back_edge is not None:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
         report.restore_s = time.perf_counter() - t0
-        partitions = source.job_partitions(self.input_dir, self.job.source_names)
+        # a state TTL counts epochs along the restore point's lineage (``coordinator.dataflow.ttl``)
+        self.flow.expiry.start(ttl_rules.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
+            self.flow.spec.nodes) else [], self.max_parallelism)
+        partitions = source.job_partitions(self.input_dir, self.job.source_names) + list(
+            delta_source.partitions_of(self.job))
         writer = (WeakSnapshotWriter if self.mode is SnapshotMode.WEAK else SnapshotWriter)(
             spark=self.spark,
             store=self.store,
@@ -332,13 +302,13 @@ class EpochRunner:
             mode=self.mode,
             base=point,
             chain_lengths=dict(restored.chain_lengths),
-            full_every=self.store.policy(self.job.name).full_snapshot_every,
+            full_every=run.full_snapshot_every,
             partitions=partitions,
             max_parallelism=self.max_parallelism,
             base_parallelism=restored.parallelism,
             # what the restored chains say about how many keys an epoch changes
             last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
-            last_changed_rows=dict.fromkeys(restored.links, self.store.sink_rows(self.job.name, point) if point else 0),
+            last_changed_rows=dict.fromkeys(restored.links, run.changed_rows_at_point),
             **({"bases": dict(heads)} if self.mode is SnapshotMode.WEAK else {}),
         )
         try:
@@ -417,6 +387,8 @@ class EpochRunner:
         records = self.read_records(plan)
         fault_point("epoch.compute", plan.checkpoint_id)
         behind = restored.behind(plan.checkpoint_id, p)
+        # tombstones a durable snapshot holds leave the state; a weak job's operators each have their own base
+        self.flow.durable = None if self.mode is SnapshotMode.WEAK else writer.base
         out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
                               self.job.loop_rounds, subtasks=None if len(behind) == p else behind)
         back_edge = out.back_edge
@@ -430,11 +402,12 @@ class EpochRunner:
                 new_state = new_state.localCheckpoint(eager=True)
             states[spec.operator] = new_state
         outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
+        dropped = self.flow.expiry.finish(plan.checkpoint_id)
         elapsed = time.perf_counter() - t0
         metrics = EpochMetrics(plan.checkpoint_id, plan.records, elapsed).count_stores(states)
         report.epochs.append(metrics)
         writer.snapshot(plan.checkpoint_id, dict(states), None if len(behind) == p else behind,
-                        back_edge=back_edge, outputs=outputs, watermarks=dict(watermarks))
+                        back_edge=back_edge, outputs=outputs, watermarks=dict(watermarks), dropped=dropped)
         steps.done(
             f"  [{i}/{total}] epoch {plan.checkpoint_id}: {plan.records:,} records "
             f"from {len(plan.segments)} segment(s) in {elapsed:.2f}s"

@@ -5,8 +5,9 @@ immutable, locally checkpointed DataFrame, and each sink's output of the epoch
 (the synchronous phase: nothing else is copied). The asynchronous phase writes
 one set of Parquet files per operator and checkpoint under
 ``chk-n/<operator>/subtask=<i>/``: every row (a full snapshot) or the rows
-changed since the base checkpoint (incremental; an operator that deletes rows,
-a window or a join, is always full). A sink fed by a keyed operator's changes
+changed since the base checkpoint (incremental; a key that left the state is a
+changed row, its tombstone; a window or a join, whose rows leave the state
+without one, is always full). A sink fed by a keyed operator's changes
 stages those same files (its rows with updated > base), so that output is
 written once; any other sink's output is written under ``chk-n/<sink>/``, with
 the output of epochs whose checkpoint failed since the last durable one (it
@@ -37,6 +38,7 @@ from pyspark.sql import functions as F
 
 from coordinator.checkpoints import manifests, state_files
 from coordinator.sinks import transactions as sinks
+from coordinator.sinks.deletes import DELETE
 from coordinator.errors import FencedError
 from coordinator.faults import fault_point
 from coordinator.dataflow.graph import OperatorKind
@@ -63,6 +65,8 @@ class Epoch:
     #: snapshot and ack only these subtasks (partial recovery); None: all
     subtasks: frozenset[int] | None
     back_edge: DataFrame | None
+    #: operator -> subtask -> keys its state TTL dropped in the epoch (``spark_jobs.operators.ttl``)
+    dropped: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 class SnapshotMode(StrEnum):
@@ -140,19 +144,22 @@ class SnapshotWriter:
 
     def snapshot(self, checkpoint_id: int, states: dict[str, DataFrame], subtasks: frozenset[int] | None = None,
                  back_edge: DataFrame | None = None, outputs: dict[str, DataFrame] | None = None,
-                 watermarks: dict[str, int | None] | None = None) -> None:
+                 watermarks: dict[str, int | None] | None = None,
+                 dropped: dict[str, dict[int, int]] | None = None) -> None:
         """Take snapshot n of ``states`` (immutable) with the epoch's sink ``outputs`` and window
         ``watermarks``. Returns once the synchronous phase is over.
 
         ``subtasks``: snapshot and ack only these subtasks (a partial recovery: the others
         acked checkpoint n before the failure and keep their files). ``back_edge``: back-edge
-        log n of a job with a loop (immutable), written and recorded with the acks."""
+        log n of a job with a loop (immutable), written and recorded with the acks. ``dropped``: the keys
+        each operator's state TTL dropped, per subtask (acked as ``keys_dropped``)."""
         if self._fenced is not None:
             raise self._fenced
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
-        self._take(checkpoint_id, Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge), timing, t0)
+        self._take(checkpoint_id, Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge,
+                                          dropped or {}), timing, t0)
 
     def _take(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, t0: float) -> None:
         """The snapshot of ``epoch`` in this writer's mode; ``t0``: when the synchronous phase began."""
@@ -197,7 +204,8 @@ class SnapshotWriter:
             for sink in self.job.sinks:
                 cols = list(sink.column_names)
                 if sink.from_state:
-                    rows = self._changed_since_base(epoch.states[sink.input], self.base).select(*cols).toArrow()
+                    changed = self._changed_since_base(epoch.states[sink.input], self.base)
+                    rows = changed.select(*cols, *[c for c in changed.columns if c == DELETE]).toArrow()
                 else:
                     rows = epoch.outputs[sink.name].select(*cols).toArrow()
                 sinks.write(s, sink, self.job.name, checkpoint_id, rows)
@@ -354,6 +362,7 @@ class SnapshotWriter:
                 operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else base,
                 state_bytes=manifest.bytes_under(f"subtask={i}") if uri else 0, state_rows=st.rows,
                 checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
+                keys_dropped=epoch.dropped.get(op, {}).get(i, 0),
                 **store_event(state, i),
             ))
         if full:

@@ -4,7 +4,8 @@ State is a DataFrame of (key, values..., updated) where ``updated`` is the
 checkpoint id of the epoch that last changed the row. A full snapshot writes
 every row; an incremental one writes the rows changed since its base
 checkpoint. Restoring follows the chain of bases back to a full snapshot and
-keeps, per key, the row with the highest ``updated``.
+keeps, per key, the row with the highest ``updated``; a key whose newest row is
+a tombstone (``coordinator.sinks.deletes``) is dropped.
 
 Rows are assigned to subtasks by key groups (Flink's KeyGroupRangeAssignment):
 a key's group is pmod(hash(key), max_parallelism), fixed for the job's life,
@@ -30,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.errors import StateIntegrityError
+from coordinator.sinks.deletes import DELETE
 
 SUBTASK = "subtask"
 
@@ -141,6 +143,8 @@ def restore(
         # keeps the aggregation buffer fixed-width, so Spark hashes instead of sorting)
         newest = [F.max_by(c, "updated").alias(c) for c in values if c != "updated"]
         state = data.groupBy(*identity).agg(*newest, F.max("updated").alias("updated")).select(*schema.fieldNames())
+    if DELETE in schema.fieldNames():  # a key whose newest row is a tombstone left the state
+        state = state.where(F.col(DELETE).isNull() | ~F.col(DELETE))
     try:
         state = state.localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here

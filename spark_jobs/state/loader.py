@@ -42,15 +42,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.accumulators import AccumulatorParam
 
 from coordinator.checkpoints import state_files
 from coordinator.checkpoints.manifests import MANIFEST
+from coordinator.checkpoints.state_files import newest_per_key
 from spark_jobs.state.store import Layout, StoreVersionError, SubtaskStore
 
 #: marks an integrity failure inside a task, so the driver can name it (``StateIntegrityError``) in one line
@@ -177,23 +176,8 @@ def _chain(at: StoreAt, i: int) -> Iterator[pa.RecordBatch]:
         return iter(())
     rows = pa.concat_tables(tables)
     if len(tables) > 1:
-        rows = _newest_per_key(rows, keys)
+        rows = newest_per_key(rows, keys)
     return iter(rows.sort_by([(k, "ascending") for k in keys]).to_batches())
-
-
-def _newest_per_key(rows: pa.Table, keys: list[str]) -> pa.Table:
-    """Of each key's rows (a full snapshot and the deltas after it), the one with the highest ``updated``."""
-    rows = rows.take(pc.sort_indices(rows, [*[(k, "ascending") for k in keys], ("updated", "descending")]))
-    n = rows.num_rows
-    starts = np.zeros(n, dtype=bool)  # the first row of each key: its newest
-    starts[:1] = True
-    for k in keys:
-        col = rows.column(k).combine_chunks()
-        later, earlier = col.slice(1), col.slice(0, n - 1)
-        differs = pc.or_(pc.fill_null(pc.not_equal(later, earlier), False),
-                         pc.not_equal(pc.is_null(later), pc.is_null(earlier)))
-        starts[1:] |= differs.to_numpy(zero_copy_only=False)
-    return rows.filter(pa.array(starts))
 
 
 def _read(file: StateFile, schema: pa.Schema) -> pa.Table:

@@ -43,8 +43,8 @@ file per new subtask under the state root (``StoreBackend._split``), which the
 tasks load.
 
 Which aggregates: count, sum, min, max and mean over integer, floating, string and
-boolean columns. A ``combine`` aggregate, a process function, a window, a join
-and a loop keep the DataFrame state. ``verify`` always recomputes with the
+boolean columns. A ``combine`` aggregate, an aggregate with a state TTL, a process
+function, a window, a join and a loop keep the DataFrame state. ``verify`` always recomputes with the
 DataFrame operators, so it checks the stores against an independent path.
 
 Stores live in each executor's local directory (``absreplay-stores`` under
@@ -108,8 +108,10 @@ def incarnation(created: datetime) -> str:
 
 
 def layout_of(node: object, spec: StateSpec) -> Layout | None:
-    """The store layout of a keyed aggregate, or None when it keeps the DataFrame state."""
-    if getattr(node, "kind", None) != "aggregate" or spec.columns is None:
+    """The store layout of a keyed aggregate, or None when it keeps the DataFrame state (one with a state TTL
+    does: its expiry reads every key each epoch, ``spark_jobs.operators.ttl``)."""
+    if getattr(node, "kind", None) != "aggregate" or spec.columns is None or getattr(
+            node, "ttl_epochs", None) or getattr(node, "ttl_ms", None):
         return None
     merges, means = [], []
     for name, agg in node.aggregates.items():

@@ -1,4 +1,4 @@
-"""One source read by two keyed operators (tests/test_verify_late_records.py runs it): clicks (JSON lines:
+"""One source read by two keyed operators (tests/runs/test_verify_late_records.py runs it): clicks (JSON lines:
 id, event time ``ts`` in epoch ms, user, page) counted per user for ever, and per user in 10-minute
 tumbling windows (watermark = newest click - 5 minutes). A click too late for its window is a dead letter
 of the window only: the per-user aggregate still counts it."""

@@ -1,4 +1,4 @@
-"""A job of every built-in operator but the join and the loop (tests/test_operators.py runs it):
+"""A job of every built-in operator but the join and the loop (tests/runs/test_operators.py runs it):
 events (JSON lines: key, value, event time) keyed by key into six aggregates, a process function
 and a sliding window, into a SQL table and two Parquet directories under ``$OPERATORS_OUT``."""
 
@@ -33,3 +33,8 @@ keyed.process("trend", last_and_rises, state={"last": int, "rises": int}).sink(
     "trend_out", abs.ParquetDirectory("${OPERATORS_OUT}/trend"))
 keyed.window("sliding", abs.Sliding(size_ms=2 * MINUTE, slide_ms=MINUTE), time="t", delay_ms=0,
              n=abs.count()).sink("sliding_out", abs.ParquetDirectory("${OPERATORS_OUT}/sliding"))
+# a key of two columns: the SQL table's primary key is both, rows upsert on both
+(events.map("parity", lambda df: df.withColumn("even", F.col("v") % 2 == 0))
+    .key_by({"k": str, "even": bool})
+    .aggregate("by_parity", n=abs.count(), total=abs.sum("v"))
+    .sink("parity_out", abs.SqlTable("operator_parity_out")))

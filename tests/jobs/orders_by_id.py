@@ -1,4 +1,4 @@
-"""A job whose source resends records (tests/test_id_field.py runs it): JSON lines with an id field;
+"""A job whose source resends records (tests/sources/test_id_field.py runs it): JSON lines with an id field;
 the id store makes each order count once. A sum of amounts per customer into the catalog database."""
 
 import absreplay.api as abs

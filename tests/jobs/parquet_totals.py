@@ -1,4 +1,4 @@
-"""A job reading Parquet segment files (tests/test_parquet_source.py runs it): a count and a sum of
+"""A job reading Parquet segment files (tests/sources/test_parquet_source.py runs it): a count and a sum of
 ``v`` per ``k`` into the catalog database."""
 
 import absreplay.api as abs

@@ -1,5 +1,5 @@
 """Sensor readings (JSON lines: sensor, value, reading) into keyed aggregates on local stores only: the
-kind of job a catch-up runs several epochs of at once (tests/test_catch_up_together.py).
+kind of job a catch-up runs several epochs of at once (tests/runs/test_catch_up_together.py).
 
 Per sensor: count, sum, min, max and mean; per bucket (value mod 3, a stateless map before it): count and
 sum; and the readings above 40 straight to a Parquet directory under ``$READINGS_OUT`` (a sink fed by no state).

@@ -1,4 +1,4 @@
-"""wordcount with a Python UDF in its tokenizer (tests/test_epoch_tagging.py): Spark hands the lines to a Python
+"""wordcount with a Python UDF in its tokenizer (tests/sources/test_epoch_tagging.py): Spark hands the lines to a Python
 worker in batches, so a catch-up cannot tell a word's epoch by the file it was read from, and reads the
 epochs one scan each instead."""
 

@@ -1,0 +1,39 @@
+"""Store tasks name the executor that holds their store as their preferred location (``spark_jobs.state.placement``).
+
+On local Spark there is one executor, so what this checks is the mechanism: the pinned RDD (compiled by Janino
+in the driver's JVM, its jar added for the executors) passes every row through, its partitions prefer what they
+were given, and each task records the executor it ran on, which the next stage then prefers. The two-host test
+(tests/state/test_separate_hosts.py) checks that tasks go back to their stores on a cluster.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.state.placement import Placement
+
+pytestmark = pytest.mark.spark
+
+
+def preferred(df) -> list[list[str]]:
+    """Each partition's preferred locations, as the scheduler asks the pinned RDD under ``df``'s plan."""
+    rdd = df._jdf.queryExecution().analyzed().rdd()
+    parts = rdd.partitions()
+    return [list(rdd.preferredLocations(parts[i]).mkString("\n").split("\n")) if rdd.preferredLocations(
+        parts[i]).nonEmpty() else [] for i in range(len(parts))]
+
+
+def test_a_pinned_stage_prefers_the_stores_executors_and_learns_where_its_tasks_ran(spark) -> None:
+    placement = Placement(spark, {"count": {0: "executor_gone-host_7"}})
+    df = spark.range(0, 1000, 1, 2)
+    pinned = placement.pinned(df, "count", 2)
+    assert preferred(pinned) == [["executor_gone-host_7"], []]
+    assert sorted(r.id for r in pinned.collect()) == list(range(1000))  # every row, once
+    placement.update()
+    ran = placement.locations["count"]
+    assert sorted(ran) == [0, 1] and all(where.startswith("executor_") and where.endswith("_driver")
+                                         for where in ran.values()), ran
+    # the next stage of that store goes where the last one ran
+    assert preferred(placement.pinned(df, "count", 2)) == [[ran[0]], [ran[1]]]
+    # another operator's stores are its own
+    assert preferred(placement.pinned(df, "other", 2)) == [[], []]
