@@ -207,7 +207,7 @@ class KeyedStream:
         return self._keyed(Node(name, "iterate", loop=loop, state=schema(state)))
 
     def window(self, name: str, window: Tumbling | Sliding | Session, time: str, delay_ms: int = 0,
-               allowed_lateness_ms: int = 0, **aggregates: Aggregate) -> Stream:
+               allowed_lateness_ms: int = 0, refire: bool = False, **aggregates: Aggregate) -> Stream:
         """Event-time windows per key. The watermark is the largest event time seen (column ``time``,
         epoch ms, or a timestamp as its epoch ms) minus ``delay_ms``, advanced once per epoch; a window's result is emitted once,
         in the first epoch whose watermark passes its end plus ``allowed_lateness_ms``. A record
@@ -217,11 +217,22 @@ class KeyedStream:
         ``abs.Session(gap_ms=...)``: per key, a session is [first event time, last event time + gap);
         a record bridging two sessions merges them. It is emitted once, in the first epoch whose
         watermark is at or past its end plus ``allowed_lateness_ms``; a record for a session emitted
-        already is a dead letter (``spark_jobs.operators.session_windows``)."""
+        already is a dead letter (``spark_jobs.operators.session_windows``).
+
+        ``refire=True`` (tumbling and sliding windows): a window is emitted as soon as the watermark passes
+        its end, then emitted again, replacing its row, in each later epoch whose records within the
+        allowed lateness change it; it leaves the state when the watermark passes its end plus
+        ``allowed_lateness_ms``. Its sinks upsert by (key..., window_start); a rewind puts back each
+        window's row as of the checkpoint (``spark_jobs.operators.refire``)."""
         if not aggregates:
             raise ValueError(f"operator {name!r}: name at least one aggregate, e.g. views=abs.count()")
+        if not isinstance(refire, bool):
+            raise ValueError(f"window {name!r}: refire={refire!r} must be True or False")
+        if refire and isinstance(window, Session):
+            raise ValueError(f"window {name!r}: refire is for Tumbling and Sliding windows; a session is emitted "
+                             f"once, when the watermark passes its end plus allowed_lateness_ms")
         return self._keyed(Node(name, "window", aggregates=dict(aggregates), window=window, time=time,
-                                delay_ms=delay_ms, lateness_ms=allowed_lateness_ms))
+                                delay_ms=delay_ms, lateness_ms=allowed_lateness_ms, refire=refire))
 
     def join(self, name: str, other: KeyedStream) -> Stream:
         """Each record of this stream joined with ``other``'s latest record of the same key (other's

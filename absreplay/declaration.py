@@ -138,6 +138,9 @@ class Node:
     time: str = ""
     delay_ms: int = 0
     lateness_ms: int = 0
+    #: a tumbling or sliding window: emitted when the watermark passes its end, emitted again (replacing
+    #: its row in the sinks) when records within the allowed lateness change it (``spark_jobs.operators.refire``)
+    refire: bool = False
     target: SinkDeclaration | None = None
     columns: Schema | None = None
     #: a join: the other input's key columns, in the order of this one's

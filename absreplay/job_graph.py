@@ -25,6 +25,9 @@ WINDOW_BOUNDS: Schema = (("window_start", "long"), ("window_end", "long"))
 #: a session window's state column, not emitted: true for a session emitted already, kept until no record
 #: can reach it (``spark_jobs.operators.session_windows``)
 SESSION_EMITTED = "session__emitted"
+#: a re-firing window's state column, not emitted: the checkpoint that last emitted the window (null: not
+#: yet), the stamp its sink row carries (``spark_jobs.operators.refire``)
+WINDOW_EMITTED = "window__emitted"
 
 
 def hidden(name: str, part: str) -> str:
@@ -55,7 +58,8 @@ def aggregate_columns(node: Node) -> Schema:
 def state_spec(node: Node) -> StateSpec:
     key = node.key_names
     if node.kind == "window":
-        emitted_flag = ((SESSION_EMITTED, "boolean"),) if isinstance(node.window, Session) else ()
+        emitted_flag = ((SESSION_EMITTED, "boolean"),) if isinstance(node.window, Session) else \
+            ((WINDOW_EMITTED, "long"),) if node.refire else ()
         columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), *emitted_flag, ("updated", "long"))
         return StateSpec(node.name, "window", columns, (*key, "window_start"), key, incremental=False)
     if node.kind == "join":
@@ -95,11 +99,17 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
         raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns {missing} are not among "
                          f"{', '.join(known) or 'the declared ones'}")
     upsert = src.kind in UPSERTS
-    if upsert and tuple(c for c, _ in wanted[:len(src.key)]) != src.key_names:
+    key = src.key_names if upsert else refire_key(src)
+    if key is not None and tuple(c for c, _ in wanted[:len(key)]) != key:
         raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
-                         f"{', '.join(map(repr, src.key_names))}")
-    return SinkSpec(node.name, node.target, wanted, src.key_names if upsert else None, src.name,
-                    from_state=upsert)
+                         f"{', '.join(map(repr, key))}")
+    return SinkSpec(node.name, node.target, wanted, key, src.name, from_state=upsert)
+
+
+def refire_key(node: Node) -> tuple[str, ...] | None:
+    """A re-firing window's sinks upsert by key and window start (a window's row is replaced when it
+    fires again); None for every other stream (appended)."""
+    return (*node.key_names, "window_start") if node.kind == "window" and node.refire else None
 
 
 def late_sink(node: Node) -> SinkSpec:

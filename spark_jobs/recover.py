@@ -24,8 +24,23 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import fault_point
 from coordinator.settings import Settings
+from spark_jobs.operators import refire
 from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.run.snapshot import SnapshotMode
+
+
+def refired_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:
+    """Each re-firing window's sink as of the restored checkpoint (``spark_jobs.operators.refire``)."""
+    rows = {}
+    for sink in job.sinks:
+        node = job.spec.node(sink.input) if job.spec is not None else None
+        if sink.from_state or sink.key is None or node is None or not node.refire:
+            continue
+        target = sink.target(settings.database_url)
+        target.prepare()
+        rows[sink.name] = refire.rewound(node, sink.column_names, restored.states[sink.input],
+                                         restored.watermarks.get(sink.input), restored.checkpoint_id, target.read())
+    return rows
 
 
 def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition, settings: Settings,
@@ -51,6 +66,7 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
             # each upsert sink's view of checkpoint N, to put rows written after N back to it
             state_rows = {sink.name: restored.states[sink.input].select(*sink.column_names, "updated").toArrow()
                           for sink in job.sinks if sink.from_state}
+            state_rows |= refired_rows(job, restored, settings)
         reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows)
         notes.append(
             f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "

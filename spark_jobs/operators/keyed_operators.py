@@ -10,7 +10,7 @@ DataFrame operations (joins, unions, aggregations), never per-record Python.
   watermark of the epoch before) do not take it, and a record with no window
   left is a dead letter. The watermark then moves to the largest event time so
   far minus the delay, and every window it passes is emitted once and leaves
-  the state.
+  the state (a re-firing window: ``spark_jobs.operators.refire``).
 - join: the other side's latest row per key (highest source offset) is kept; a
   record of this side is emitted with it, or waits in the state until it comes.
 """
@@ -22,9 +22,9 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from absreplay.job_graph import emitted, hidden
+from absreplay.job_graph import WINDOW_EMITTED, emitted, hidden
 from coordinator.sinks.deletes import DELETE
-from spark_jobs.operators import deletes
+from spark_jobs.operators import deletes, refire
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.spark_types import spark_type
 
@@ -70,11 +70,12 @@ class Folding:
 
 
 def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra: list[Column],
-          columns: list[str], checkpoint_id: int) -> DataFrame:
-    """Union the state with the rows' contributions and aggregate per ``group``: one shuffle."""
-    folding = Folding(node, extra, checkpoint_id)
+          columns: list[str], checkpoint_id: int, kept: tuple[str, ...] = ()) -> DataFrame:
+    """Union the state with the rows' contributions and aggregate per ``group``: one shuffle. ``kept``:
+    state columns the records do not touch (null in their contributions), merged by max."""
+    folding = Folding(node, [*extra, *(F.lit(None).cast("long").alias(c) for c in kept)], checkpoint_id)
     merged = state.unionByName(rows.select(*folding.contributions)).groupBy(*group).agg(
-        *folding.merges, F.max("updated").alias("updated"))
+        *folding.merges, *(F.max(c).alias(c) for c in kept), F.max("updated").alias("updated"))
     return folding.with_means(merged).select(*columns)
 
 
@@ -128,7 +129,7 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
         assigned = assigned.where(F.col("window_start") + size + lateness > mark)
     contributions = [F.col("window_start"), (F.col("window_start") + size).alias("window_end")]
     merged = _fold(state, assigned, node, [*node.key_names, "window_start", "window_end"], contributions,
-                   columns, checkpoint_id)
+                   columns, checkpoint_id, (WINDOW_EMITTED,) if node.refire else ())
     if dry:
         empty = rows.limit(0)
         return merged, merged.select(*emitted(columns)), _late(empty, node, F.lit(0), mark), mark
@@ -137,10 +138,14 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     newest = seen.get["newest"]
     if newest is not None:
         mark = max(mark, newest - node.delay_ms) if mark is not None else newest - node.delay_ms
-    fired = (F.col("window_end") + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
     late = rows.limit(0) if before is None else rows.where(last + size + lateness <= F.lit(before))
+    late = _late(late, node, last + size, before)
+    if node.refire:
+        kept, windows = refire.fire(merged, mark, lateness, checkpoint_id)
+        return kept, windows.select(*emitted(columns)), late, mark
+    fired = (F.col("window_end") + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
     windows = merged.where(fired).select(*emitted(columns))
-    return merged.where(~fired), windows, _late(late, node, last + size, before), mark
+    return merged.where(~fired), windows, late, mark
 
 
 def _late(late: DataFrame, node: Any, ends: Column, mark: int | None) -> DataFrame:
