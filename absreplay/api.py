@@ -153,16 +153,19 @@ class Stream:
             raise ValueError(f"key_by({key!r}): give the key's type, e.g. key_by('word', str)")
         return KeyedStream(self._job, self._node, schema(fields))
 
-    def sink(self, name: str, target: SinkDeclaration, columns: tuple[str, ...] | Types | None = None) -> Stream:
+    def sink(self, name: str, target: SinkDeclaration, columns: tuple[str, ...] | Types | None = None,
+             key: tuple[str, ...] | str | None = None) -> Stream:
         """Send the stream to ``target``, two-phase: each checkpoint's records are committed when the
         checkpoint is. A keyed operator's output upserts by its key; other streams append.
         ``columns``: which columns (default: all of a keyed operator's output; a stream of records
-        must name its columns with their types)."""
+        must name its columns with their types). ``key``: for a re-emitting join's stream (and only
+        there), the columns that identify a record, first among ``columns``: its rows upsert by them."""
         if isinstance(columns, dict):
             columns = schema(columns)
         elif columns is not None:
             columns = tuple((c, "") for c in columns)
-        self._job.add_node(Node(name, "sink", (self._node,), target=target, columns=columns))
+        upsert_key = (key,) if isinstance(key, str) else tuple(key or ())
+        self._job.add_node(Node(name, "sink", (self._node,), target=target, columns=columns, upsert_key=upsert_key))
         return self
 
 
@@ -234,14 +237,22 @@ class KeyedStream:
         return self._keyed(Node(name, "window", aggregates=dict(aggregates), window=window, time=time,
                                 delay_ms=delay_ms, lateness_ms=allowed_lateness_ms, refire=refire))
 
-    def join(self, name: str, other: KeyedStream) -> Stream:
+    def join(self, name: str, other: KeyedStream, reemit: bool = False) -> Stream:
         """Each record of this stream joined with ``other``'s latest record of the same key (other's
         columns added, a name both have gets the suffix ``_right``). A record whose key ``other`` has
         not sent yet waits in the join's state; ``other``'s records wait as the latest per key. Both
-        sides' state is snapshotted with the operator's: barriers are aligned across its inputs."""
+        sides' state is snapshotted with the operator's: barriers are aligned across its inputs.
+
+        ``reemit=True``: every record stays in the state, and when ``other`` sends a new row for a key,
+        the key's records are emitted again with it. The stream then goes to sinks that upsert by the
+        columns identifying a record (``.sink(..., key=("id",))``), straight from the join; no keyed
+        operator may read it (it would count a record twice). A rewind puts each sink row back as of
+        its checkpoint. The state grows with this stream: every record is kept."""
         if [t for _, t in other._key] != [t for _, t in self._key]:
             raise ValueError(f"join {name!r}: the two sides' keys differ in type: {self._key} and {other._key}")
-        return self._keyed(Node(name, "join", inputs=(other._node,), other_key=other._key))
+        if not isinstance(reemit, bool):
+            raise ValueError(f"join {name!r}: reemit={reemit!r} must be True or False")
+        return self._keyed(Node(name, "join", inputs=(other._node,), other_key=other._key, reemit=reemit))
 
     def interval_join(self, name: str, other: KeyedStream, time: str | tuple[str, str], lower_ms: int,
                       upper_ms: int, how: str = "inner", delay_ms: int = 0) -> Stream:

@@ -141,6 +141,10 @@ class Node:
     #: a tumbling or sliding window: emitted when the watermark passes its end, emitted again (replacing
     #: its row in the sinks) when records within the allowed lateness change it (``spark_jobs.operators.refire``)
     refire: bool = False
+    #: a lookup join: every record stays in its state and is emitted again when its key's row changes
+    reemit: bool = False
+    #: a sink of a re-emitting join: the columns that identify a record, its rows upserted by them
+    upsert_key: tuple[str, ...] = ()
     target: SinkDeclaration | None = None
     columns: Schema | None = None
     #: a join: the other input's key columns, in the order of this one's

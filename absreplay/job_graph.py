@@ -100,6 +100,16 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
                          f"{', '.join(known) or 'the declared ones'}")
     upsert = src.kind in UPSERTS
     key = src.key_names if upsert else refire_key(src)
+    if src.kind == "join" and src.reemit:
+        if not node.upsert_key:
+            raise ValueError(f"job {job.name!r}, sink {node.name!r}: the re-emitting join {src.name!r} emits a "
+                             f"record again when its row changes: name the columns that identify a record, "
+                             f"e.g. key=('id',)")
+        key = node.upsert_key
+    elif node.upsert_key:
+        raise ValueError(f"job {job.name!r}, sink {node.name!r}: key= is for the sinks of a re-emitting join "
+                         f"(join(..., reemit=True)); {src.name!r}'s stream "
+                         + ("upserts by its own key" if key else "is appended"))
     if key is not None and tuple(c for c, _ in wanted[:len(key)]) != key:
         raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
                          f"{', '.join(map(repr, key))}")
@@ -160,6 +170,11 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
         hashed = node.kind in (*KEYED, "iterate")
         for upstream in node.inputs:
             edges.append(Edge(upstream, node.name, Partitioning.HASH if hashed else Partitioning.FORWARD))
+    for node in job.nodes:
+        for up in (job.node(i) for i in node.inputs):
+            if up.kind == "join" and up.reemit and node.kind != "sink":
+                raise ValueError(f"job {job.name!r}: {node.name!r} reads the re-emitting join {up.name!r}, whose "
+                                 f"records come again when their row changes: only sinks may read it")
     graph = JobGraph(operators=tuple(operators), edges=tuple(edges))
     if loop is not None:
         check_loop(graph, loop)

@@ -24,17 +24,22 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
 from coordinator.faults import fault_point
 from coordinator.settings import Settings
-from spark_jobs.operators import refire
+from spark_jobs.operators import keyed_operators, refire
 from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.run.snapshot import SnapshotMode
 
 
 def refired_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:
-    """Each re-firing window's sink as of the restored checkpoint (``spark_jobs.operators.refire``)."""
+    """Each sink of a re-firing window or a re-emitting join as of the restored checkpoint
+    (``spark_jobs.operators.refire``, ``keyed_operators.rejoined``)."""
     rows = {}
     for sink in job.sinks:
         node = job.spec.node(sink.input) if job.spec is not None else None
-        if sink.from_state or sink.key is None or node is None or not node.refire:
+        if sink.from_state or sink.key is None or node is None:
+            continue
+        if node.kind == "join":  # a re-emitting join: every record and its key's row are in its state
+            rows[sink.name] = keyed_operators.rejoined(restored.states[sink.input], node,
+                                                       sink.column_names).toArrow()
             continue
         target = sink.target(settings.database_url)
         target.prepare()

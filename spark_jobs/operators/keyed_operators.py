@@ -202,6 +202,22 @@ def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
     left_all = prev_left.unionByName(as_state(left, "L", stamp))
     table = right_all.select(*keys, *right_values)
     table = materialized(table, dry)
-    matched = left_all.select(*keys, *left_values, "_partition", "_seq").join(table, keys, "inner")
+    matched = left_all.select(*keys, *left_values, "_partition", "_seq", "updated").join(table, keys, "inner")
+    if node.reemit:  # every record stays; those of a key whose row changed are emitted again with it
+        changed = latest.select(*keys).withColumn("_changed", F.lit(True))
+        again = matched.join(changed, keys, "left").where(F.col("_changed") | (F.col("updated") == stamp))
+        return right_all.unionByName(left_all), again.drop("_changed", "updated")
     waiting = left_all.join(table.select(*keys), keys, "left_anti")
-    return right_all.unionByName(waiting), matched
+    return right_all.unionByName(waiting), matched.drop("updated")
+
+
+def rejoined(state: DataFrame, node: Any, columns: tuple[str, ...]) -> DataFrame:
+    """A re-emitting join's output as of its state (every record joined with its key's row then): what
+    its sinks held at that checkpoint, ``updated`` the later of the two sides'. A state row holds its
+    side's columns and nulls for the other side's."""
+    keys = list(node.key_names)
+    left, right = state.where(F.col("_side") == "L").alias("l"), state.where(F.col("_side") == "R").alias("r")
+    rows = left.join(right, keys, "inner")
+    values = [F.coalesce(F.col(f"l.{c}"), F.col(f"r.{c}")).alias(c) for c in columns if c not in keys]
+    return rows.select(*keys, *values, F.greatest("l.updated", "r.updated").alias("updated")).select(
+        *columns, "updated")
