@@ -2,7 +2,7 @@
 accepts the strings Spark reads, as the same instants, and refuses the others (the boundary, over a few
 thousand variants, for JSON lines and CSV as the job's records are parsed); Parquet timestamp columns
 give their instant; and tumbling windows on ISO-8601 times equal the same windows on epoch ms
-(tests/jobs/clicks_by_time.py), with `verify` exit 0."""
+(tests/jobs/clicks_by_time.py), with `verify` exit 0, also when SIGKILLs stop the runs."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from coordinator.sources.event_time import TimestampError, event_time_ms
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.record_parsing import parse
 from tests.window_reference import tumbling
-from tests.helpers import JOBS_DIR, cli, make_workspace
+from tests.helpers import JOBS_DIR, cli, cli_ok, kill_when, make_workspace, run_ok, start
 from tests.sources.test_event_time_formats import ACCEPTED, NOT_TIMESTAMPS, REFUSED, T
 
 pytestmark = [pytest.mark.spark]
@@ -136,6 +136,16 @@ def windows_of(batches: list[list[dict]]) -> tuple[Counter, set[str]]:
     return tumbling(batches, WINDOW, DELAY, "ms")
 
 
+def iso_lines(clicks: list[dict]) -> list[str]:
+    return [json.dumps({"id": c["id"], "user": c["user"], "ts": iso(c["ms"], i)}) for i, c in enumerate(clicks)]
+
+
+def window_sink(ws, name: str) -> Counter:
+    with ws.store.engine.connect() as c:
+        return Counter({(u, start, end): n for u, start, end, n in c.execute(text(
+            f'SELECT "user", window_start, window_end, clicks FROM {name}_per_10_minutes'))})
+
+
 @pytest.mark.sink_unchecked("judged here against plain Python over the clicks")
 def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, spark, monkeypatch) -> None:
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
@@ -146,9 +156,8 @@ def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, sp
     for name in ("clicks_iso", "clicks_ms"):
         ws = make_workspace(tmp_path / name, sqlite_url, get_job(name), jobs_dir=JOBS)
         for b, clicks in enumerate(batches):
-            lines = [json.dumps({"id": c["id"], "user": c["user"],
-                                 "ts": iso(c["ms"], i) if name == "clicks_iso" else c["ms"]})
-                     for i, c in enumerate(clicks)]
+            lines = iso_lines(clicks) if name == "clicks_iso" else [
+                json.dumps({"id": c["id"], "user": c["user"], "ts": c["ms"]}) for c in clicks]
             if b == 2:  # a resent click, and for the ISO job times Spark reads otherwise or not at all
                 lines.insert(3, lines[0])
                 if name == "clicks_iso":
@@ -158,9 +167,8 @@ def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, sp
             ws.coordinator.inject()
             assert not ws.run_epochs(spark).failed
             ws.coordinator.finalize()
+        sinks[name] = window_sink(ws, name)
         with ws.store.engine.connect() as c:
-            sinks[name] = Counter({(u, start, end): n for u, start, end, n in c.execute(text(
-                f'SELECT "user", window_start, window_end, clicks FROM {name}_per_10_minutes'))})
             dead[name] = c.execute(text(f"SELECT segment, reason, payload FROM dead_letters WHERE job = '{name}'"
                                         )).all()
         r = cli(ws, "verify", name, spark=spark)
@@ -177,3 +185,34 @@ def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, sp
                        if s != "per_10_minutes")
     assert len(at_inject) == 5, at_inject  # the resent click, and the four times
     assert sum("field 'ts' is not a timestamp" in r for r in at_inject) == 4, at_inject
+
+
+@pytest.mark.heavy(seconds=60)
+@pytest.mark.timeout(600)
+@pytest.mark.sink_unchecked("judged here against plain Python over the clicks")
+def test_windows_on_iso_times_are_exact_under_sigkills_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
+                                                                     summary) -> None:
+    """The ISO job's three epochs, its runs SIGKILLed at epoch 2's fault point and from outside once epoch 2
+    is done, then recovered: each window once, each late click one dead letter."""
+    monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
+    batches = [clicks_of(b) for b in range(len(MINUTES))]
+    ws = make_workspace(tmp_path / "kills", sqlite_url, get_job("clicks_iso"), jobs_dir=JOBS)
+    for b, clicks in enumerate(batches):
+        land(ws.input_dir, b, iso_lines(clicks))
+        ws.coordinator.inject()
+    proc = start(ws, "recover", "clicks_iso", faults="epoch.compute@2=kill")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == -9 and "] epoch 1:" in out and "] epoch 2:" not in out, out
+    kill_when(start(ws, "recover", "clicks_iso"), "] epoch 2:")
+    run_ok(ws, "recover", "clicks_iso")
+    assert ws.store.latest_completed("clicks_iso").checkpoint_id == 3
+    windows, late = windows_of(batches)
+    with ws.store.engine.connect() as c:
+        dead = [json.loads(p)["id"] for (p,) in c.execute(text(
+            "SELECT payload FROM dead_letters WHERE job = 'clicks_iso' AND segment = 'per_10_minutes'"))]
+    found = window_sink(ws, "clicks_iso")
+    summary(f"clicks_iso: 2 SIGKILLs, {len(windows)} windows on ISO-8601 times, {len(late)} late clicks: "
+            f"sink = reference {found == Counter({(u, s, s + WINDOW): n for (u, s), n in windows.items()})}")
+    assert found == Counter({(u, start, start + WINDOW): n for (u, start), n in windows.items()})
+    assert sorted(dead) == sorted(late)
+    assert "checkpoint 3 verified" in cli_ok(ws, "verify", "clicks_iso", spark=spark)
