@@ -21,7 +21,11 @@ Step 3 is profiled (``bench.spark_profile``): per epoch, the Spark jobs, stages 
 bytes, the executors' run, GC and deserialization time, the catalog's statements and seconds, and
 the stages summed by what they ran; printed after the table and kept under each run's ``profile``.
 
-Peak memory (``bench.memory.PeakMemory``) is sampled over each size's scenario. ``--compare`` runs the
+Peak memory (``bench.memory.PeakMemory``) is sampled over each size's scenario. On local[2] the driver's
+JVM is also the executors', so its peak is the whole application's; ``--workers N`` runs the same
+scenarios on a standalone cluster of N single-core workers started here, with Spark's default driver
+memory, where the driver's JVM plans and commits and the executors' JVMs hold the work: that run gives
+``driver_peak_gib_at_1e7`` (written to state_scale_cluster.json). ``--compare`` runs the
 same scenario with the DataFrame state (``ABS_STATE_BACKEND=spark``, what every epoch did before the
 local stores) for the sizes given. Prints a table and writes bench/results/state_scale.json.
 """
@@ -36,6 +40,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +51,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from absreplay.commands.pyfiles import build_pyfiles_zip  # noqa: E402
+from absreplay.commands.standalone_cluster import standalone_cluster  # noqa: E402
 from absreplay_examples.definitions import synthetic  # noqa: E402
 from bench.memory import PeakMemory  # noqa: E402
 from bench.spark_profile import RunProfile, print_breakdown  # noqa: E402
@@ -161,19 +169,22 @@ def ratios(runs: list[dict]) -> dict[str, float]:
     local = {r["keys"]: r for r in runs if r["backend"] == "local"}
     frame = {r["keys"]: r for r in runs if r["backend"] == "spark"}
     out: dict[str, float] = {}
-    if local:
+    if len(local) > 1:
         smallest, largest = local[min(local)], local[max(local)]
         out["catch_up_per_epoch_largest_over_smallest"] = \
             largest["catch_up_per_epoch_s"] / smallest["catch_up_per_epoch_s"]
         out["median_epoch_largest_over_smallest"] = largest["median_epoch_s"] / smallest["median_epoch_s"]
-        out["small_epoch_s"] = smallest["small_epoch_s"]  # one epoch of --small-records, the smallest state
+    if local and "small_epoch_s" in local[min(local)]:  # (runs before step 5 existed have none)
+        out["small_epoch_s"] = local[min(local)]["small_epoch_s"]  # one epoch of --small-records, the smallest state
     for keys, name in ((1_000_000, "1e6"), (10_000_000, "1e7")):
         if keys in local and "restore_reload_s" in local[keys]:
             out[f"reload_s_at_{name}"] = local[keys]["restore_reload_s"]
     if 1_000_000 in local and 1_000_000 in frame:
         out["stores_over_dataframe_at_1e6"] = local[1_000_000]["median_epoch_s"] / frame[1_000_000]["median_epoch_s"]
-    if 10_000_000 in local:
-        out["driver_peak_gib_at_1e7"] = local[10_000_000]["peak_memory_mb"]["driver_jvm"] / 1024
+    if 10_000_000 in local:  # on local[2] the driver's JVM runs the tasks too: not the driver's own peak
+        peaks = local[10_000_000]["peak_memory_mb"]
+        name = "driver_peak_gib_at_1e7" if peaks.get("executor_jvms") else "local_jvm_peak_gib_at_1e7"
+        out[name] = peaks["driver_jvm"] / 1024
     return out
 
 
@@ -185,20 +196,65 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--touched", type=int, default=10_000)
     ap.add_argument("--small-records", type=int, default=10_000, help="records of each small epoch (step 5)")
-    ap.add_argument("--driver-memory", default="8g")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "state_scale.json"))
+    ap.add_argument("--driver-memory", default="8g", help="local[2] only: a cluster's driver keeps Spark's default")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="run on a standalone cluster of this many single-core workers started here")
+    ap.add_argument("--worker-memory", default="4g", help="memory a worker offers its executor")
+    ap.add_argument("--executor-memory", default="3g", help="with --workers: each executor's heap")
+    ap.add_argument("--out", default=None, help="default: bench/results/state_scale.json, "
+                                                "state_scale_cluster.json with --workers")
     args = ap.parse_args()
+    args.out = args.out or str(ROOT / "bench" / "results" / ("state_scale_cluster.json" if args.workers
+                                                              else "state_scale.json"))
     sizes = [int(x) for x in args.keys.split(",") if x]
     compare = [int(x) for x in args.compare.split(",") if x]
+    base = Path(tempfile.mkdtemp(prefix="abs-scale-"))
+    try:
+        with session(base, args) as spark:
+            measure(spark, base, args, sizes, compare)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
+
+@contextmanager
+def session(base: Path, args: argparse.Namespace) -> Iterator:
+    """local[2] with ``--driver-memory`` (its JVM holds the tasks too), or a standalone cluster of
+    ``--workers`` started here, its driver with Spark's default memory."""
     from spark_jobs.session import build_session
 
-    base = Path(tempfile.mkdtemp(prefix="abs-scale-"))
-    # 1e7 keys: the load epoch's changes are one local copy of the whole state in the driver's JVM
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {args.driver_memory} pyspark-shell")
-    spark = build_session("abs-state-scale", 2, "local[2]")
-    results: dict = {"machine": machine(spark), "epochs": args.epochs, "records_per_epoch": args.records,
-                     "touched_keys": args.touched, "runs": []}
+    if not args.workers:
+        # 1e7 keys: the load epoch's changes are one local copy of the whole state in the driver's JVM
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {args.driver_memory} pyspark-shell")
+        spark = build_session("abs-state-scale", PARTITIONS, "local[2]")
+        try:
+            yield spark
+        finally:
+            spark.stop()
+        return
+    # one machine: the stores under one folder this driver may delete for the reload step
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, ABS_STORE_DIR=str(base / "stores"),
+                      PYSPARK_SUBMIT_ARGS=f"--executor-memory {args.executor_memory} pyspark-shell")
+    with standalone_cluster(base / "cluster", args.workers, cores=1, memory=args.worker_memory) as cluster:
+        console.print(f"cluster up: {cluster.master_url}, {args.workers} worker(s) x 1 core")
+        spark = build_session("abs-state-scale", PARTITIONS, cluster.master_url)
+        try:
+            spark.sparkContext.addPyFile(str(build_pyfiles_zip(base / "pyfiles")))
+            yield spark
+        finally:
+            spark.stop()
+
+
+def measure(spark, base: Path, args: argparse.Namespace, sizes: list[int], compare: list[int]) -> None:
+    conf = spark.sparkContext.getConf()
+    caveat = None if not args.workers else (
+        f"a standalone cluster on this one {os.cpu_count()}-core machine: its master, workers, executors and the "
+        "driver share the cores, so its seconds are not comparable with local[2]'s; it is run for the driver's "
+        "own memory, apart from the executors'")
+    results: dict = {"machine": machine(spark), "master": spark.sparkContext.master,
+                     "driver_memory": conf.get("spark.driver.memory", "1g (Spark's default)"),
+                     "executor_memory": conf.get("spark.executor.memory", "1g (Spark's default)"), "caveat": caveat,
+                     "epochs": args.epochs,
+                     "records_per_epoch": args.records, "touched_keys": args.touched, "runs": []}
     try:
         console.print("warming up the JVM (not measured)")
         scenario(spark, base, 10_000, argparse.Namespace(**{**vars(args), "epochs": 2}), "local")
@@ -208,13 +264,12 @@ def main() -> None:
         for keys in compare:
             results["runs"].append(scenario(spark, base, keys, args, "spark"))
     finally:
-        spark.stop()
-        shutil.rmtree(base, ignore_errors=True)
         os.environ.pop(BACKEND_ENV, None)
 
     results["ratios"] = ratios(results["runs"])
     results["targets"] = TARGETS
-    table = Table(title=f"synthetic job, epochs of {args.records:,} records over {args.touched:,} keys, local[2]")
+    table = Table(title=f"synthetic job, epochs of {args.records:,} records over {args.touched:,} keys, "
+                        f"{results['master']}")
     for col in ("state", "keys", "epoch (median s)", "catch-up s/epoch", "incremental/full bytes",
                 "restore kept s", "restore reload s", "load s", "peak MB (driver JVM / workers)"):
         table.add_column(col)
