@@ -61,12 +61,11 @@ def state_spec(node: Node) -> StateSpec:
         emitted_flag = ((SESSION_EMITTED, "boolean"),) if isinstance(node.window, Session) else \
             ((WINDOW_EMITTED, "long"),) if node.refire else ()
         columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), *emitted_flag, ("updated", "long"))
-        return StateSpec(node.name, "window", columns, (*key, "window_start"), key, incremental=False)
+        return StateSpec(node.name, "window", columns, (*key, "window_start"), key)
     if node.kind == "join":
-        return StateSpec(node.name, "join", None, (*key, "_side", "_seq"), key, incremental=False)
+        return StateSpec(node.name, "join", None, (*key, "_side", "_partition", "_seq", "_n"), key)
     if node.kind == "interval_join":  # buffered rows, by their source position (spark_jobs.operators.interval_join)
-        return StateSpec(node.name, "interval_join", None, (*key, "_side", "_partition", "_seq", "_n"), key,
-                         incremental=False)
+        return StateSpec(node.name, "interval_join", None, (*key, "_side", "_partition", "_seq", "_n"), key)
     values = (*(aggregate_columns(node) if node.kind == "aggregate" else node.state), *event_columns(node))
     marker = ((DELETE, "boolean"),) if deletes_keys(node) else ()
     return StateSpec(node.name, node.kind, (*node.key, *values, *marker, ("updated", "long")), key, key)

@@ -81,10 +81,11 @@ def exists(uri: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
-def newest_per_key(rows: pa.Table, keys: list[str] | tuple[str, ...]) -> pa.Table:
+def newest_per_key(rows: pa.Table, keys: list[str] | tuple[str, ...], newest: str = "updated") -> pa.Table:
     """Of each key's rows (one column or several; a full snapshot and the deltas after it), the one with the
-    highest ``updated`` (what a restore keeps), sorted by key."""
-    rows = rows.take(pc.sort_indices(rows, [*[(k, "ascending") for k in keys], ("updated", "descending")]))
+    highest ``newest`` (what a restore keeps: ``updated``, or the checkpoint of the link it was read from),
+    sorted by key."""
+    rows = rows.take(pc.sort_indices(rows, [*[(k, "ascending") for k in keys], (newest, "descending")]))
     n = rows.num_rows
     if n < 2:
         return rows

@@ -26,6 +26,8 @@ from coordinator.errors import StateIntegrityError, UsageError
 from coordinator.sinks import deletes
 
 UPDATED = "updated"
+#: the checkpoint of the chain link a row was read from (the newest link's version of a row wins)
+LINK = "__link_checkpoint"
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,15 @@ def state_at(store: CheckpointStore, job: JobDefinition, checkpoint_id: int, ope
         if key is None and table.num_rows != link.rows:
             raise StateIntegrityError(f"state file {link.uri} of checkpoint {link.checkpoint_id} holds "
                                       f"{table.num_rows} rows, its ack says {link.rows}")
-        parts.append(table)
+        parts.append(table.append_column(LINK, pa.array([link.checkpoint_id] * table.num_rows, pa.int64())))
     if not parts:
         return pa.table({key_column: pa.array([], pa.null())})
     rows = pa.concat_tables(parts, promote_options="default")
+    identity = job.state(op).identity
     if not job.state(op).incremental:  # every snapshot is full: one version of each row
-        return rows.sort_by([(c, "ascending") for c in job.state(op).identity if c in rows.column_names])
-    return deletes.live(newest_per_key(rows, job.state(op).key))  # a key whose newest row is a tombstone left the state
+        return rows.drop_columns([LINK]).sort_by([(c, "ascending") for c in identity if c in rows.column_names])
+    # per row, the version of the newest link; a row whose newest version is a tombstone left the state
+    return deletes.live(newest_per_key(rows, identity, LINK).drop_columns([LINK]))
 
 
 def _read_link(link: state_chain.ChainLink, key_column: str, key: str | None) -> pa.Table:

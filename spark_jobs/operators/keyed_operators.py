@@ -21,6 +21,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from absreplay.job_graph import WINDOW_EMITTED, emitted, hidden
 from coordinator.sinks.deletes import DELETE
@@ -181,10 +182,15 @@ def join(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
     types = {**{c: t for c, t in left.dtypes}, **{renamed[c]: t for c, t in right.dtypes if c in renamed}}
 
     def as_state(df: DataFrame, side: str, updated: Column) -> DataFrame:
+        """Rows of one side as state rows; ``_n`` numbers a left record's rows of one key (an upstream
+        flat_map may make several): (key, side, _partition, _seq, _n) identifies a row."""
         have = set(df.columns)
+        n = F.lit(1) if side == "R" else F.row_number().over(Window.partitionBy(*keys, "_partition", "_seq").orderBy(
+            F.xxhash64(*[F.col(c) for c in left_values] or [F.lit(0)])))
         return df.select(*keys, F.lit(side).alias("_side"),
                          (F.col("_partition") if "_partition" in have else F.lit("")).alias("_partition"),
                          (F.col("_seq") if "_seq" in have else F.lit(0).cast("long")).alias("_seq"),
+                         n.cast("int").alias("_n"),
                          *[(F.col(c) if c in have else F.lit(None).cast(types[c])).alias(c)
                            for c in (*left_values, *right_values)],
                          updated.alias("updated"))

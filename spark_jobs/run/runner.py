@@ -37,6 +37,7 @@ from spark_jobs.records.epoch_source import epoch_of_file, read_epoch, read_line
 from spark_jobs.run.progress import Steps
 from spark_jobs.records.record_parsing import parse, record_schema
 from spark_jobs.run.restore import Restored, StateRestorer
+from spark_jobs.run import state_diff
 from spark_jobs.run.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
 from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
 from spark_jobs.run.weak_snapshots import WeakSnapshotWriter
@@ -311,6 +312,11 @@ class EpochRunner:
             last_changed_rows=dict.fromkeys(restored.links, run.changed_rows_at_point),
             **({"bases": dict(heads)} if self.mode is SnapshotMode.WEAK else {}),
         )
+        if not restored.partial:  # the restored states are those of the writer's bases (``state_diff``)
+            for spec in self.job.states:
+                at = heads.get(spec.operator) if self.weak else point
+                if spec.kind in state_diff.DIFFED and at and isinstance(states.get(spec.operator), DataFrame):
+                    writer.held.hold(spec.operator, at, states[spec.operator])
         try:
             with Steps(len(plans), f"{self.job.name}: epochs") as steps:
                 self._run_epochs(plans, restored, states, back_edge, writer, report, steps)

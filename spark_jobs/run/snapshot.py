@@ -6,8 +6,8 @@ immutable, locally checkpointed DataFrame, and each sink's output of the epoch
 one set of Parquet files per operator and checkpoint under
 ``chk-n/<operator>/subtask=<i>/``: every row (a full snapshot) or the rows
 changed since the base checkpoint (incremental; a key that left the state is a
-changed row, its tombstone; a window or a join, whose rows leave the state
-without one, is always full). A sink fed by a keyed operator's changes
+changed row, its tombstone; a window's or a join's delta is taken against the state of its
+base, ``spark_jobs.run.state_diff``). A sink fed by a keyed operator's changes
 stages those same files (its rows with updated > base), so that output is
 written once; any other sink's output is written under ``chk-n/<sink>/``, with
 the output of epochs whose checkpoint failed since the last durable one (it
@@ -47,7 +47,7 @@ from coordinator.checkpoints.lifecycle import AckResult, FailureReason
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
-from spark_jobs.run import back_edge_log
+from spark_jobs.run import back_edge_log, state_diff
 from spark_jobs.state import keyed_state
 from spark_jobs.state import provider as store_backend
 from spark_jobs.operators.dataflow import Dataflow
@@ -125,6 +125,8 @@ class SnapshotWriter:
     last_full_rows: dict[str, int] = field(default_factory=dict)
     last_changed_rows: dict[str, int] = field(default_factory=dict)
     timings: list[SnapshotTiming] = field(default_factory=list)
+    #: the states a delta of a window or a join is taken against (the writer thread's alone)
+    held: state_diff.HeldStates = field(default_factory=state_diff.HeldStates)
 
     #: sinks fed by a keyed operator stage its snapshot files (``weak_snapshots``: written directly)
     stages_sinks = True
@@ -193,9 +195,8 @@ class SnapshotWriter:
 
     # -- phases --------------------------------------------------------------------
     def _changed_since_base(self, state: DataFrame | StoreState, base: int | None) -> DataFrame:
-        if isinstance(state, StoreState):
-            return state.rows(self.spark, base)
-        return state if base is None else state.where(F.col("updated") > F.lit(base))
+        return state.rows(self.spark, base) if isinstance(state, StoreState) else \
+            state if base is None else state.where(F.col("updated") > F.lit(base))
 
     def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
         """The epoch's output upserted straight into each sink (``self.base``: the previous epoch's)."""
@@ -339,17 +340,25 @@ class SnapshotWriter:
         metrics = store_backend.own_snapshot(self.spark, state, full, base) if isinstance(
             state, StoreState) and epoch.subtasks is None else None
         if metrics is None:
+            diffed = spec.kind in state_diff.DIFFED
             if full:
                 rows = state.rows(self.spark) if isinstance(state, StoreState) else state
             else:
-                rows = self._changed_since_base(state, base)
+                rows = state_diff.delta(state, self.held.base(op, base), spec.identity, checkpoint_id) if diffed \
+                    else self._changed_since_base(state, base)
             snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
+            if diffed and not full:  # two shuffles' partitions: one file per subtask, not one per task and subtask
+                snap = snap.repartition(keyed_state.SUBTASK)
             if epoch.subtasks is not None:
                 snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
             observation = Observation(f"snapshot-{checkpoint_id}-{op}")
-            observed = snap.observe(observation, *keyed_state.snapshot_metrics(state.columns, p, base))
+            changes_since = None if diffed and not full else base  # a delta: every row of it is a change
+            observed = snap.observe(observation, *keyed_state.snapshot_metrics(state.columns, p, changes_since))
             keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
             metrics = observation.get
+            if diffed:
+                self.held.hold(op, checkpoint_id, state)
+                self.held.release_before(op, base)
         # durable before the ack, and described so that a commit can verify what it reads
         manifest = self._manifests[op] = manifests.seal(op_uri, self._job_root)
         stats = keyed_state.stats_from_metrics(metrics, p)
@@ -403,6 +412,8 @@ class SnapshotWriter:
             return True
         if isinstance(state, StoreState):
             return False
+        if spec.kind in state_diff.DIFFED and self.held.base(op, base) is None:
+            return True  # its base's state is not in memory (a partial recovery restored another)
         return self.last_changed_rows.get(op, 0) * 2 > self.last_full_rows.get(op, 0)
 
     def epochs_at_once(self) -> int:

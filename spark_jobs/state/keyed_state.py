@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.errors import StateIntegrityError
@@ -131,20 +131,27 @@ def restore(
     stored = [link for link in links if link.rows > 0]
     if not stored:
         return spark.createDataFrame([], schema)
+    names = schema.fieldNames()
+    # a state without deletes of its own (a window, a join) has tombstones in its deltas only: rows that
+    # left the state since the base (``spark_jobs.run.state_diff``); read where there are none as null
+    marked = schema if DELETE in names else StructType([*schema.fields, StructField(DELETE, BooleanType())])
     data, observation = read_observed(
-        spark, schema, [(link.uri, f"state file {link.uri} of checkpoint {link.checkpoint_id}") for link in stored],
-        "restore",
+        spark, marked, [(link.uri, f"state file {link.uri} of checkpoint {link.checkpoint_id}") for link in stored],
+        "restore", hashed=names,
     )
-    values = [c for c in schema.fieldNames() if c not in identity]
     if len({link.checkpoint_id for link in stored}) == 1:
         state = data.drop("_link").repartition(parallelism, *keys)
     else:
-        # an incremental chain: the newest version of every key wins (one max_by per column
-        # keeps the aggregation buffer fixed-width, so Spark hashes instead of sorting)
-        newest = [F.max_by(c, "updated").alias(c) for c in values if c != "updated"]
-        state = data.groupBy(*identity).agg(*newest, F.max("updated").alias("updated")).select(*schema.fieldNames())
-    if DELETE in schema.fieldNames():  # a key whose newest row is a tombstone left the state
-        state = state.where(F.col(DELETE).isNull() | ~F.col(DELETE))
+        # an incremental chain: the newest version of every row wins, the one of the newest link (one
+        # max_by per column keeps the aggregation buffer fixed-width, so Spark hashes instead of sorting)
+        data = data.withColumn("_at", F.array(*[F.lit(link.checkpoint_id) for link in stored])[F.col("_link")])
+        values = [c for c in marked.fieldNames() if c not in identity]
+        state = data.groupBy(*identity).agg(*[F.max_by(c, "_at").alias(c) for c in values]).select(
+            *marked.fieldNames())
+    # a row whose newest version is a tombstone left the state
+    state = state.where(F.col(DELETE).isNull() | ~F.col(DELETE))
+    if DELETE not in names:
+        state = state.drop(DELETE)
     try:
         state = state.localCheckpoint(eager=True)
     except Exception as exc:  # noqa: BLE001 - a corrupt Parquet file surfaces here
@@ -155,9 +162,10 @@ def restore(
 
 
 def read_observed(spark: SparkSession, schema: StructType, files: Sequence[tuple[str, str]],
-                  name: str) -> tuple[DataFrame, Observation]:
+                  name: str, hashed: Sequence[str] | None = None) -> tuple[DataFrame, Observation]:
     """Stored files (uri, what to call it in an error) read as one DataFrame with a ``_link``
-    column (the file's index), observed for rows and checksum per file as it is read."""
+    column (the file's index), observed for rows and checksum per file as it is read (the checksum
+    over the columns ``hashed``, default all)."""
     parts = []
     for i, (uri, what) in enumerate(files):
         try:
@@ -168,7 +176,8 @@ def read_observed(spark: SparkSession, schema: StructType, files: Sequence[tuple
     for part in parts[1:]:
         data = data.unionByName(part)
     observation = Observation(name)
-    return data.observe(observation, *group_metrics(schema.fieldNames(), "_link", len(files))), observation
+    columns = list(hashed or schema.fieldNames())
+    return data.observe(observation, *group_metrics(columns, "_link", len(files))), observation
 
 
 def verify_links(metrics: dict, links: Sequence[ChainLink]) -> None:

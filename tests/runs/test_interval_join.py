@@ -53,7 +53,7 @@ def test_an_interval_join_is_declared_with_its_bounds_and_a_late_record_sink() -
         a.key_by("line", str).interval_join("j", b.key_by("line", int), time="ts", lower_ms=0, upper_ms=0)
     definition = _job("left").definition()
     spec = definition.state("matched")
-    assert spec.identity == ("user", "_side", "_partition", "_seq", "_n") and not spec.incremental
+    assert spec.identity == ("user", "_side", "_partition", "_seq", "_n") and spec.incremental
     assert [s.name for s in definition.sinks] == ["out", "matched_late"]
     assert {e.source for e in definition.graph.edges if e.target == "matched"} == {"clicks", "buys"}
 
