@@ -241,8 +241,8 @@ class SnapshotWriter:
             self._halted, self._fenced = True, exc
             raise
         except Exception as exc:  # the checkpoint fails; processing goes on
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            timing.error = f"{exc.__class__.__name__}: {first}"
+            timing.error = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.held.states.clear()  # a lost executor may have held a base's rows: the next snapshots are full
             self._carry = carried
             self.store.fail(
                 self.job.name, checkpoint_id, FailureReason.ASYNC_SNAPSHOT_FAILED,
