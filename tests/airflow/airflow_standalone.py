@@ -74,10 +74,16 @@ class Airflow:
             return replace(self, token=json.load(resp)["access_token"])
 
     def get(self, path: str) -> Any:
-        """A read; asked again (up to 5 times) on a 5xx: standalone keeps its metadata in SQLite, and under a
-        loaded machine a read can meet the scheduler's write lock ("Internal Server Error", seen once in CI)."""
-        for _ in range(5):
-            status, body = self.call("GET", path)
+        """A read; asked again (up to 5 times) on a 5xx or no answer in 30 s: standalone keeps its metadata in
+        SQLite, and under a loaded machine a read can meet the scheduler's write lock ("Internal Server Error",
+        seen once in CI) or wait behind it (a timeout, seen once with a Spark test beside CI's three workers)."""
+        for attempt in range(5):
+            try:
+                status, body = self.call("GET", path)
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if attempt == 4:
+                    raise
+                status, body = 599, repr(exc)
             if status < 500:
                 break
             time.sleep(1)
