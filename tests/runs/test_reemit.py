@@ -97,7 +97,7 @@ def test_rows_follow_their_users_tier_verify_and_a_rewind_puts_each_row_back(tie
     assert f"checkpoint {latest} verified" in cli_ok(ws, "verify", JOB, spark=spark)
 
 
-@pytest.mark.heavy(seconds=70)
+@pytest.mark.heavy(seconds=80)
 @pytest.mark.timeout(600)
 def test_reemitted_rows_are_exact_under_sigkills_and_recovery(tiered, spark, summary) -> None:
     ws = tiered

@@ -36,7 +36,7 @@ def sink(ws) -> list[tuple]:
             "SELECT country, page, window_start, window_end, views FROM page_views_per_5_minutes")).all()))
 
 
-@pytest.mark.heavy(seconds=60)
+@pytest.mark.heavy(seconds=95)
 @pytest.mark.sink_unchecked("judged against the same job's own run before the rewind")
 def test_join_and_window_deltas_follow_the_epoch_and_their_chains_restore_exactly(tmp_path, sqlite_url, spark,
                                                                                     monkeypatch) -> None:
