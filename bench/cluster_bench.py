@@ -18,7 +18,7 @@ E*S / (process + finalize). Per cluster: one unmeasured warm-up run per mode (ne
 the modes take turns, --repeat times, and each keeps its median run. Every run's sink must equal every
 other's, whatever the mode and the cluster size: the figures come from runs that computed the same.
 
-Memory (bench/memory.py), per run: the peak RSS of the driver's JVM, of the executor JVMs (summed),
+Memory (bench/kit/memory.py), per run: the peak RSS of the driver's JVM, of the executor JVMs (summed),
 of the Python workers (the executors' pyspark daemons and workers) and of the driver's Python;
 --jvm-heap turns the Spark UI on so that the JVM heap peaks Spark reports (since the application
 started) are added.
@@ -53,14 +53,14 @@ sys.path.insert(0, str(ROOT))
 from absreplay.commands.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
 from absreplay.commands.standalone_cluster import StandaloneCluster, standalone_cluster  # noqa: E402
 from absreplay_examples import synthetic_data  # noqa: E402
-from bench import options  # noqa: E402
-from bench.memory import PeakMemory  # noqa: E402
-from bench.repetitions import summarize, turns  # noqa: E402
+from bench.kit import options  # noqa: E402
+from bench.kit.memory import PeakMemory  # noqa: E402
+from bench.kit.repetitions import summarize, turns  # noqa: E402
 from bench.synthetic_bench import Run, machine  # noqa: E402
 
 console = Console(width=150)
 MODES = ("none", "async")
-# the peak RSS columns: bench/memory.py's kinds
+# the peak RSS columns: bench/kit/memory.py's kinds
 PEAKS = {"driver_jvm": "driver JVM", "executor_jvms": "executor JVMs", "python_workers": "Python workers",
          "python_driver": "Python driver"}
 CAVEAT = (f"one {os.cpu_count()}-core machine: the driver (JVM and Python), the master, the workers and their "

@@ -46,7 +46,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import options  # noqa: E402
+from bench.kit import options  # noqa: E402
 from bench.engines import CHECKPOINT, CLASSES, SCHEMA, UNTOUCHED, VALUES, folded_epoch  # noqa: E402
 
 console = Console(width=160, markup=False)

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples import page_views_data  # noqa: E402
 from absreplay_examples.page_views import job as page_views  # noqa: E402
-from bench import options  # noqa: E402
+from bench.kit import options  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.catalog.models import Job  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402

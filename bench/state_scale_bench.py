@@ -17,11 +17,11 @@ local[2]. For each state size K:
 5. small epochs: ``--epochs`` epochs of ``--small-records`` records, caught up in one run (the median
    epoch), then one more alone in a run of its own (its wall time, restore included).
 
-Step 3 is profiled (``bench.spark_profile``): per epoch, the Spark jobs, stages and tasks, shuffle
+Step 3 is profiled (``bench.kit.spark_profile``): per epoch, the Spark jobs, stages and tasks, shuffle
 bytes, the executors' run, GC and deserialization time, the catalog's statements and seconds, and
 the stages summed by what they ran; printed after the table and kept under each run's ``profile``.
 
-Peak memory (``bench.memory.PeakMemory``) is sampled over each size's scenario. On local[2] the driver's
+Peak memory (``bench.kit.memory.PeakMemory``) is sampled over each size's scenario. On local[2] the driver's
 JVM is also the executors', so its peak is the whole application's; ``--workers N`` runs the same
 scenarios on a standalone cluster of N single-core workers started here, with Spark's default driver
 memory, where the driver's JVM plans and commits and the executors' JVMs hold the work: that run gives
@@ -54,8 +54,8 @@ sys.path.insert(0, str(ROOT))
 from absreplay.commands.pyfiles import build_pyfiles_zip  # noqa: E402
 from absreplay.commands.standalone_cluster import standalone_cluster  # noqa: E402
 from absreplay_examples.definitions import synthetic  # noqa: E402
-from bench.memory import PeakMemory  # noqa: E402
-from bench.spark_profile import RunProfile, print_breakdown  # noqa: E402
+from bench.kit.memory import PeakMemory  # noqa: E402
+from bench.kit.spark_profile import RunProfile, print_breakdown  # noqa: E402
 from bench.synthetic_bench import du, machine  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples import synthetic_data  # noqa: E402
 from absreplay_examples.definitions import synthetic  # noqa: E402
-from bench.repetitions import summarize, turns  # noqa: E402
+from bench.kit.repetitions import summarize, turns  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.recount import recount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
-from bench import options  # noqa: E402
+from bench.kit import options  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints import weak  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402

@@ -57,9 +57,10 @@ sys.path.insert(0, str(ROOT))
 
 from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
-from bench import options, ss_anchor  # noqa: E402
+from bench import ss_anchor  # noqa: E402
+from bench.kit import options  # noqa: E402
 from bench.ss_anchor import digest, du, segments  # noqa: E402
-from bench.repetitions import summarize, turns  # noqa: E402
+from bench.kit.repetitions import summarize, turns  # noqa: E402
 from bench.synthetic_bench import machine  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402

@@ -1,4 +1,4 @@
-"""Session windows (tests/runs/test_session_windows.py runs it; tests/sessions_data.py lands its input and
+"""Session windows (tests/operators/test_session_windows.py runs it; tests/sessions_data.py lands its input and
 recomputes its sink in plain Python): clicks (JSON lines: id, user, event time ``ts`` in epoch ms,
 time on page ``ms``) per user in sessions of clicks less than 20 s apart, emitted once the watermark
 (newest click - 15 s) passes a session's last click + 20 s + 5 s of allowed lateness. Late clicks are

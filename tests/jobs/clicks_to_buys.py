@@ -1,4 +1,4 @@
-"""An interval join of two streams (tests/runs/test_interval_join.py runs it; tests/joins_data.py lands its input
+"""An interval join of two streams (tests/operators/test_interval_join.py runs it; tests/joins_data.py lands its input
 and recomputes its sink in plain Python): clicks (JSON lines: id, user, event time ``ts`` in epoch ms, page)
 and buys (JSON lines: id, user, ``ts``, amount), joined per user when a buy is at most 20 s before a click
 or 10 s after it (a click at ta, a buy at tb: tb - 10 s <= ta <= tb + 20 s). The watermark is the older of

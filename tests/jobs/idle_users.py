@@ -1,4 +1,4 @@
-"""A job whose keyed state has a TTL in epochs (found through ABS_JOBS_DIR by tests/runs/test_state_ttl_job.py).
+"""A job whose keyed state has a TTL in epochs (found through ABS_JOBS_DIR by tests/operators/test_state_ttl_job.py).
 
 Clicks as JSON lines (user, n, event time ts in epoch ms). Per user:
 

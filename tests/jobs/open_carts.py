@@ -1,4 +1,4 @@
-"""A job whose process function deletes keys (found through ABS_JOBS_DIR by tests/runs/test_deletes_job.py).
+"""A job whose process function deletes keys (found through ABS_JOBS_DIR by tests/operators/test_deletes_job.py).
 
 Shop events as JSON lines (user, item, kind ``add`` or ``checkout``, event time ``ts``). Per user, the
 open cart: how many items were added since the user's last checkout, and when the last was. A checkout

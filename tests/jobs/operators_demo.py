@@ -1,4 +1,4 @@
-"""A job of every built-in operator but the join and the loop (tests/runs/test_operators.py runs it):
+"""A job of every built-in operator but the join and the loop (tests/operators/test_operators.py runs it):
 events (JSON lines: key, value, event time) keyed by key into six aggregates, a process function
 and a sliding window, into a SQL table and two Parquet directories under ``$OPERATORS_OUT``."""
 

@@ -1,4 +1,4 @@
-"""Re-firing windows (tests/runs/test_refire.py runs it; tests/refire_data.py lands its input and recomputes
+"""Re-firing windows (tests/operators/test_refire.py runs it; tests/refire_data.py lands its input and recomputes
 its sinks in plain Python): clicks (JSON lines: id, user, event time ``ts`` in epoch ms) per user in
 1-minute tumbling windows, emitted once the watermark (newest click - 10 s) passes a window's end, and
 emitted again, replacing the row, when clicks within the 90 s of allowed lateness change it. Into a SQL

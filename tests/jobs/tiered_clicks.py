@@ -1,4 +1,4 @@
-"""A lookup join that emits a record again when its row changes (tests/runs/test_reemit.py runs it;
+"""A lookup join that emits a record again when its row changes (tests/operators/test_reemit.py runs it;
 tests/reemit_data.py lands its input and recomputes its sinks in plain Python): clicks (JSON lines: id,
 user, page) joined with their user's tier (CSV: user,tier), whose rows change in later batches. Into a SQL
 table and a Parquet directory, both upserted by the click's id: each holds every click with its user's

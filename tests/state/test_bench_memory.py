@@ -1,4 +1,4 @@
-"""bench/memory.py sorts a process table into the kinds it reports (no Spark: a made-up table)."""
+"""bench/kit/memory.py sorts a process table into the kinds it reports (no Spark: a made-up table)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bench import memory
-from bench.memory import PeakMemory
+from bench.kit import memory
+from bench.kit.memory import PeakMemory
 
 JAVA = "/usr/lib/jvm/bin/java"
 PY = "/venv/bin/python3.11"

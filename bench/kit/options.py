@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def parse(ap: argparse.ArgumentParser, name: str) -> argparse.Namespace:

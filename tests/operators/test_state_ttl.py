@@ -1,5 +1,5 @@
 """State TTL without Spark jobs: the declaration's checks, the state it implies, and how epochs are counted
-(``coordinator.dataflow.ttl``); tests/runs/test_state_ttl_job.py runs it."""
+(``coordinator.dataflow.ttl``); tests/operators/test_state_ttl_job.py runs it."""
 
 from __future__ import annotations
 
