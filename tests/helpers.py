@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -77,6 +78,16 @@ class Workspace:
             mode=SnapshotMode(mode), **kwargs,
         )
         return runner.run()
+
+    def epoch(self, spark, land: Callable[[Path], object]) -> int:
+        """``land(input_dir)``, inject, process (no snapshot may fail), finalize: one epoch in this process.
+        Returns the latest completed checkpoint."""
+        land(self.input_dir)
+        self.coordinator.inject()
+        failed = self.run_epochs(spark).failed
+        assert not failed, failed
+        self.coordinator.finalize()
+        return self.store.latest_completed(self.job.name).checkpoint_id
 
     def cycle(self, spark, batch: int) -> int:
         """Land a batch, inject, process, finalize: one whole cycle, in this process. Returns lines landed."""

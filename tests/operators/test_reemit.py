@@ -69,11 +69,7 @@ def test_rows_follow_their_users_tier_verify_and_a_rewind_puts_each_row_back(tie
     ws = tiered
     views = []
     for batch in range(5):
-        reemit_data.land(ws.input_dir, batch)
-        ws.coordinator.inject()
-        assert not ws.run_epochs(spark).failed
-        ws.coordinator.finalize()
-        n = ws.store.latest_completed(JOB).checkpoint_id
+        n = ws.epoch(spark, lambda d: reemit_data.land(d, batch))
         expected = expected_at(ws, n)
         assert sinks(ws) == {"to_sql": expected, "to_parquet": expected}, f"checkpoint {n}"
         views.append(expected)

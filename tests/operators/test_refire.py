@@ -72,11 +72,7 @@ def test_windows_refire_in_their_sinks_verify_and_a_rewind_puts_each_row_back(cl
     ws = clicks
     views = []
     for batch in range(5):
-        refire_data.land(ws.input_dir, batch)
-        ws.coordinator.inject()
-        assert not ws.run_epochs(spark).failed
-        ws.coordinator.finalize()
-        n = ws.store.latest_completed(refire_data.JOB).checkpoint_id
+        n = ws.epoch(spark, lambda d: refire_data.land(d, batch))
         expected, late = expected_at(ws, n)
         got = sinks(ws)
         for name, rows in got.items():

@@ -43,10 +43,7 @@ def test_join_and_window_deltas_follow_the_epoch_and_their_chains_restore_exactl
     monkeypatch.setenv("PAGE_VIEWS_DELTA", str(tmp_path / "delta"))
     ws = make_workspace(tmp_path, sqlite_url, page_views.definition("absreplay_examples.page_views"))
     for batch in range(EPOCHS):
-        page_views_data.land(ws.input_dir, batch, views=60, users=150)
-        ws.coordinator.inject()
-        assert not ws.run_epochs(spark).failed
-        ws.coordinator.finalize()
+        ws.epoch(spark, lambda d: page_views_data.land(d, batch, views=60, users=150))
     join = acks(ws, JOIN)
     assert join[1][0] is None  # the first snapshot is full
     deltas = [ck for ck, (base, _) in join.items() if base is not None]
