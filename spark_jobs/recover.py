@@ -29,7 +29,7 @@ from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
 from spark_jobs.run.snapshot import SnapshotMode
 
 
-def refired_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:
+def restated_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:
     """Each sink of a re-firing window or a re-emitting join as of the restored checkpoint
     (``spark_jobs.operators.refire``, ``keyed_operators.rejoined``)."""
     rows = {}
@@ -71,7 +71,7 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
             # each upsert sink's view of checkpoint N, to put rows written after N back to it
             state_rows = {sink.name: restored.states[sink.input].select(*sink.column_names, "updated").toArrow()
                           for sink in job.sinks if sink.from_state}
-            state_rows |= refired_rows(job, restored, settings)
+            state_rows |= restated_rows(job, restored, settings)
         reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows)
         notes.append(
             f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
