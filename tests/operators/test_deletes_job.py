@@ -16,7 +16,7 @@ from absreplay.job_discovery import get_job
 from coordinator.faults import ProcessCrash
 from coordinator.sinks.deletes import DELETE
 from tests import carts_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, run_ok, start
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, start
 
 JOBS = str(JOBS_DIR)
 pytestmark = [pytest.mark.spark]
@@ -105,7 +105,7 @@ def test_sigkills_mid_epoch_lose_and_duplicate_no_delete(carts, spark, summary) 
     assert killed.returncode == -signal.SIGKILL, out
     carts_data.land(ws.input_dir, 3)
     ws.coordinator.inject()
-    run_ok(ws, "recover", "open_carts")
+    cli_ok(ws, "recover", "open_carts", spark=spark)  # the recovery on the test's session: no third JVM
     found = carts_data.check(ws)
     summary(f"open_carts: 2 SIGKILLs, (lost, duplicated) per sink {found}")
     assert found == CLEAN

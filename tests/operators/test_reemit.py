@@ -12,7 +12,7 @@ import absreplay.api as abs
 from absreplay.job_discovery import get_job
 from coordinator.faults import ProcessCrash
 from tests import reemit_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, run_ok, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
 
 JOBS = str(JOBS_DIR)
 JOB = reemit_data.JOB
@@ -98,7 +98,7 @@ def test_rows_follow_their_users_tier_verify_and_a_rewind_puts_each_row_back(tie
 def test_reemitted_rows_are_exact_under_sigkills_and_recovery(tiered, spark, summary) -> None:
     ws = tiered
     two_kills(ws, JOB, reemit_data.land)
-    run_ok(ws, "recover", JOB)
+    cli_ok(ws, "recover", JOB, spark=spark)  # the recovery on the test's session: no third JVM
     latest = ws.store.latest_completed(JOB).checkpoint_id
     assert latest == 5
     expected = expected_at(ws, latest)

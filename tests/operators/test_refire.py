@@ -17,7 +17,7 @@ from absreplay.job_graph import WINDOW_EMITTED
 from coordinator.catalog.models import DeadLetter
 from coordinator.faults import ProcessCrash
 from tests import refire_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, run_ok, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
 from tests.sink_check import epoch_cuts
 
 JOBS = str(JOBS_DIR)
@@ -105,7 +105,7 @@ def test_windows_refire_in_their_sinks_verify_and_a_rewind_puts_each_row_back(cl
 def test_refired_windows_are_exact_under_sigkills_and_recovery(clicks, spark, summary) -> None:
     ws = clicks
     two_kills(ws, refire_data.JOB, refire_data.land)
-    run_ok(ws, "recover", refire_data.JOB)
+    cli_ok(ws, "recover", refire_data.JOB, spark=spark)  # the recovery on the test's session: no third JVM
     latest = ws.store.latest_completed(refire_data.JOB).checkpoint_id
     assert latest == 5
     expected, late = expected_at(ws, latest)

@@ -18,7 +18,7 @@ from spark_jobs.operators import session_windows
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS
 from spark_jobs.records.spark_types import spark_schema
 from tests import sessions_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, run_ok, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
 
 JOBS = str(JOBS_DIR)
 GAP, DELAY = 50_000, 100_000
@@ -106,7 +106,7 @@ def test_sessions_are_exact_under_sigkills_and_recovery(tmp_path, sqlite_url, sp
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     ws = make_workspace(tmp_path, sqlite_url, get_job(sessions_data.JOB), jobs_dir=JOBS)
     two_kills(ws, sessions_data.JOB, sessions_data.land)
-    run_ok(ws, "recover", sessions_data.JOB)
+    cli_ok(ws, "recover", sessions_data.JOB, spark=spark)  # the recovery on the test's session: no third JVM
 
     latest = ws.store.latest_completed(sessions_data.JOB).checkpoint_id
     assert latest == 5

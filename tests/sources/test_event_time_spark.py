@@ -24,7 +24,7 @@ from coordinator.sources.event_time import TimestampError, event_time_ms
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.record_parsing import parse
 from tests.window_reference import tumbling
-from tests.helpers import JOBS_DIR, cli, cli_ok, kill_when, make_workspace, run_ok, start
+from tests.helpers import JOBS_DIR, cli, cli_ok, kill_when, make_workspace, start
 from tests.sources.test_event_time_formats import ACCEPTED, NOT_TIMESTAMPS, REFUSED, T
 
 pytestmark = [pytest.mark.spark]
@@ -204,7 +204,7 @@ def test_windows_on_iso_times_are_exact_under_sigkills_and_recovery(tmp_path, sq
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == -9 and "] epoch 1:" in out and "] epoch 2:" not in out, out
     kill_when(start(ws, "recover", "clicks_iso"), "] epoch 2:")
-    run_ok(ws, "recover", "clicks_iso")
+    cli_ok(ws, "recover", "clicks_iso", spark=spark)  # the recovery on the test's session: no third JVM
     assert ws.store.latest_completed("clicks_iso").checkpoint_id == 3
     windows, late = windows_of(batches)
     with ws.store.engine.connect() as c:
