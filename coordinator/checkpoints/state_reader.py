@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from coordinator.checkpoints.state_files import newest_per_key
 from coordinator.checkpoints import state_chain, state_files
@@ -96,6 +95,8 @@ def state_at(store: CheckpointStore, job: JobDefinition, checkpoint_id: int, ope
 
 
 def _read_link(link: state_chain.ChainLink, key_column: str, key: str | None) -> pa.Table:
+    import pyarrow.dataset as ds  # here: it imports pandas, which the command line's start need not pay for
+
     fs, path = state_files.filesystem(link.uri)
     try:
         dataset = ds.dataset(path, filesystem=fs, format="parquet")

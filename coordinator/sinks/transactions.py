@@ -37,7 +37,6 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
@@ -57,6 +56,8 @@ def read_staged(uri: str, columns: tuple[str, ...], base: int | None) -> pa.Tabl
     """The rows of a staged output: the files under ``uri`` with updated > base."""
     if not state_files.exists(uri):
         return pa.table({c: [] for c in columns})
+    import pyarrow.dataset as ds  # here: it imports pandas, which the command line's start need not pay for
+
     fs, path = state_files.filesystem(uri)
     dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive")
     if "updated" not in dataset.schema.names:  # an epoch that changed no row staged no Parquet file
