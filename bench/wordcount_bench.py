@@ -175,12 +175,19 @@ def ratios(results: dict) -> dict[str, float | None]:
     none_s = cu["none"]["median_total_s"]
     ours = statistics.median(results["per_epoch"]["run_s"])
 
+    last = results["per_epoch"]["run_s"][-1]
+
     def over(store: str) -> float | None:
         return None if "error" in ss[store] else ours / statistics.median(ss[store]["run_s"])
+
+    def last_over(store: str) -> float | None:
+        """At the last epoch, where the state is largest: SS's store grows with it, ours should not."""
+        return None if "error" in ss[store] else last / ss[store]["run_s"][-1]
 
     return {
         "per_epoch_over_ss_rocksdb": over("rocksdb"),
         "per_epoch_over_ss_hdfs": over("hdfs"),
+        "last_epoch_over_ss_rocksdb": last_over("rocksdb"),
         "catch_up_async_over_plain_batch": cu["async"]["median_total_s"] / results["plain_batch_s"],
         "async_over_none": cu["async"]["median_total_s"] / none_s,
         "sync_over_none": cu["sync"]["median_total_s"] / none_s,
@@ -252,7 +259,8 @@ def main() -> None:
     try:
         console.print("warming up the JVM (one catch-up run; not measured)")
         catch_up(spark, base, pool, args.epochs, "async")
-        results: dict = {"records": records, "epochs": args.epochs, "quick": args.quick, "machine": machine(spark)}
+        results: dict = {"records": records, "epochs": args.epochs, "lines_per_epoch": args.lines_per_epoch,
+                         "vocab": args.vocab, "quick": args.quick, "machine": machine(spark)}
         samples: dict[str, list[dict]] = {m: [] for m in MODES}
         batch_s: list[float] = []
         # the plain batch job takes its turn with the catch-up modes: their ratio is side by side
