@@ -79,10 +79,11 @@ class Workspace:
         )
         return runner.run()
 
-    def epoch(self, spark, land: Callable[[Path], object]) -> int:
-        """``land(input_dir)``, inject, process (no snapshot may fail), finalize: one epoch in this process.
-        Returns the latest completed checkpoint."""
-        land(self.input_dir)
+    def epoch(self, spark, land: Callable[[Path], object] | None = None) -> int:
+        """``land(input_dir)`` (what is landed already, without it), inject, process (no snapshot may fail),
+        finalize: one epoch in this process. Returns the latest completed checkpoint."""
+        if land is not None:
+            land(self.input_dir)
         self.coordinator.inject()
         failed = self.run_epochs(spark).failed
         assert not failed, failed
@@ -90,11 +91,9 @@ class Workspace:
         return self.store.latest_completed(self.job.name).checkpoint_id
 
     def cycle(self, spark, batch: int) -> int:
-        """Land a batch, inject, process, finalize: one whole cycle, in this process. Returns lines landed."""
+        """Land wordcount's batch ``batch``, then one ``epoch``. Returns the lines landed."""
         landed = self.land(batch)
-        self.coordinator.inject()
-        self.run_epochs(spark)
-        self.coordinator.finalize()
+        self.epoch(spark)
         return landed
 
     def env(self) -> dict[str, str]:
