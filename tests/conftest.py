@@ -16,6 +16,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -29,6 +30,8 @@ from coordinator.catalog.db import parse_url, upgrade
 # than tiered compilation and G1's threads. The shared session's JVM (below) runs with the defaults.
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by pytest_configure.
 CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: spark-defaults.conf of every JVM the tests start: interpreted expressions, no generated code
+SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
 ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE"  # the archive's JVM options, from the controller to the xdist workers
 
 PG_ADMIN_URL = os.environ.get("ABS_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -87,6 +90,8 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_configure(config: pytest.Config) -> None:
     if ARCHIVE_ENV not in os.environ:  # the controller (workers inherit its environment)
         from tests import jvm_archive
+
+        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))  # before the archive's warm-up run
 
         os.environ[ARCHIVE_ENV] = jvm_archive.options(jvm_archive.ensure(CHILD_JVM_OPTIONS))
         os.environ.setdefault("JAVA_TOOL_OPTIONS", _child_jvm_options())
