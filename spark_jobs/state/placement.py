@@ -99,13 +99,16 @@ class Placement:
     def update(self) -> None:
         """Take in where the tasks run since the last call ran (in the order Spark merged their records). The
         records cross py4j as one string: iterating the Java list took a round trip per record, and its end a
-        Java exception that PySpark converts at length (18 ms each, 0.1-0.2 s of a small epoch)."""
-        text = self.spark.sparkContext._jvm.java.lang.String.join("\n", self._ran.value())
-        records = text.split("\n") if text else []
-        for record in records[self._seen:]:
-            tag, i, where = str(record).split("|", 2)
-            self.locations.setdefault(tag, {})[int(i)] = where
-        self._seen = len(records)
+        Java exception that PySpark converts at length (18 ms each, 0.1-0.2 s of a small epoch). Only the
+        records added since the last call cross: the accumulator is appended to for the whole run."""
+        ran = self._ran.value()  # a copy, in merge order: what the last call read is its first _seen records
+        total = ran.size()
+        if total > self._seen:
+            text = self.spark.sparkContext._jvm.java.lang.String.join("\n", ran.subList(self._seen, total))
+            for record in text.split("\n"):
+                tag, i, where = record.split("|", 2)
+                self.locations.setdefault(tag, {})[int(i)] = where
+        self._seen = total
 
 
 def _pinned_class(spark: SparkSession):

@@ -36,4 +36,12 @@ def test_a_pinned_stage_prefers_the_stores_executors_and_learns_where_its_tasks_
     # the next stage of that store goes where the last one ran
     assert preferred(placement.pinned(df, "count", 2)) == [[ran[0]], [ran[1]]]
     # another operator's stores are its own
-    assert preferred(placement.pinned(df, "other", 2)) == [[], []]
+    other = placement.pinned(df, "other", 2)
+    assert preferred(other) == [[], []]
+    # a later update reads only what ran since: the other operator's tasks, the first's stay as they were
+    assert other.count() == 1000
+    placement.update()
+    assert placement.locations["count"] == ran and sorted(placement.locations["other"]) == [0, 1]
+    assert placement._seen == 4
+    placement.update()  # nothing new ran
+    assert placement._seen == 4 and placement.locations["count"] == ran
