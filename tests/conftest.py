@@ -16,7 +16,6 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -29,10 +28,17 @@ from coordinator.catalog.db import parse_url, upgrade
 # seconds: the client compiler alone and the serial collector spend far less CPU on a 2-core machine
 # than tiered compilation and G1's threads. The shared session's JVM (below) runs with the defaults.
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by pytest_configure.
-CHILD_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-#: spark-defaults.conf of every JVM the tests start: interpreted expressions, no generated code
-SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
+#
+# Every JVM the tests start, the shared session's too, evaluates expressions without generated code: the
+# tests' epochs are tiny and nearly every plan is new to its JVM, so compiling generated Java (Janino)
+# costs more than it saves (the TTL job's two tests: 173 s -> 155 s alone); Spark's own suites also run
+# so. A Spark JVM takes system properties named spark.* as its settings. (Not a spark-defaults.conf in a
+# SPARK_CONF_DIR: Spark puts that folder on the classpath, and a JVM cannot dump a class archive with a
+# non-empty folder on it, so every JVM ran without the archive.) Runs, the demo and benchmarks keep codegen.
+NO_CODEGEN = "-Dspark.sql.codegen.factoryMode=NO_CODEGEN -Dspark.sql.codegen.wholeStage=false"
+CHILD_JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {NO_CODEGEN}"
 ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE"  # the archive's JVM options, from the controller to the xdist workers
+NO_ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE_MISSING"  # why there is none, when it was wanted
 
 PG_ADMIN_URL = os.environ.get("ABS_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -88,17 +94,24 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if ARCHIVE_ENV not in os.environ:  # the controller (workers inherit its environment)
-        from tests import jvm_archive
+    if not hasattr(config, "workerinput"):  # the controller (xdist workers inherit its environment)
+        if ARCHIVE_ENV not in os.environ:  # `ABS_TEST_JVM_ARCHIVE=` (empty) turns the archive off
+            from tests import jvm_archive
 
-        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))  # before the archive's warm-up run
-
-        os.environ[ARCHIVE_ENV] = jvm_archive.options(jvm_archive.ensure(CHILD_JVM_OPTIONS))
+            path = jvm_archive.ensure(CHILD_JVM_OPTIONS)
+            os.environ[ARCHIVE_ENV] = jvm_archive.options(path)
+            if path is None:
+                os.environ[NO_ARCHIVE_ENV] = "it could not be made: see the start of the run's output"
         os.environ.setdefault("JAVA_TOOL_OPTIONS", _child_jvm_options())
     # CI: reproducible examples, no example database left behind, and the blob to replay a failure
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
     settings.register_profile("dev", deadline=None)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    archive = os.environ.get(ARCHIVE_ENV) or f"none, {os.environ.get(NO_ARCHIVE_ENV, 'turned off')}"
+    return f"test JVMs: {os.environ.get('JAVA_TOOL_OPTIONS', '')}; class archive: {archive}"
 
 
 @pytest.fixture(autouse=True)
@@ -146,7 +159,7 @@ def spark():
 
     with mock.patch.dict(os.environ):
         if os.environ.get("JAVA_TOOL_OPTIONS") == _child_jvm_options():
-            os.environ["JAVA_TOOL_OPTIONS"] = os.environ[ARCHIVE_ENV]
+            os.environ["JAVA_TOOL_OPTIONS"] = f"{NO_CODEGEN} {os.environ[ARCHIVE_ENV]}".strip()
         session = build_session("absreplay-tests", 2, "local[2]")
     yield session
     session.stop()

@@ -31,16 +31,17 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 STALE_S = 24 * 3600
 
 
-def archive_path() -> Path:
-    """One archive per installation: Spark's jars, the Java runtime and this Python. A JVM checks that
-    the jars are the very files the archive was made from (size and modification time): a reinstalled
-    virtualenv at the same path gets an archive of its own, not one every JVM would silently refuse."""
+def archive_path(child_options: str) -> Path:
+    """One archive per installation (Spark's jars, the Java runtime, this Python) and JVM options (they
+    decide which classes a run loads). A JVM checks that the jars are the very files the archive was made
+    from (size and modification time): a reinstalled virtualenv at the same path gets an archive of its
+    own, not one every JVM would silently refuse."""
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar"))
     stamps = "|".join(f"{j.name}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in jars)
-    key = f"{pyspark.__version__}|{Path(pyspark.__file__).parent}|{java}|{sys.executable}|{stamps}"
+    key = f"{pyspark.__version__}|{Path(pyspark.__file__).parent}|{java}|{sys.executable}|{child_options}|{stamps}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "absreplay-test-jvm" / f"spark-{digest}.jsa"
 
@@ -48,7 +49,7 @@ def archive_path() -> Path:
 def ensure(child_options: str) -> Path | None:
     """The archive, made now if missing (about 15 s); None if it could not be made (the tests then run
     without it, only slower)."""
-    path = archive_path()
+    path = archive_path(child_options)
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
