@@ -11,6 +11,8 @@ Exit codes: 0 ok, 2 bad input, 1 failure.
 
 from __future__ import annotations
 
+import spark_jobs.python_path  # noqa: F401, I001 - first: pyspark's bytecode, not Spark's zip (see there)
+
 import argparse
 import json
 import sys

@@ -8,6 +8,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from coordinator.sources.event_time import SESSION_TIME_ZONE
+from spark_jobs.python_path import daemon_confs
 
 
 def build_session(app_name: str, parallelism: int, master: str | None = None) -> SparkSession:
@@ -16,7 +17,10 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
     builder = SparkSession.builder.appName(app_name)
     # under spark-submit the master comes from its --master (the JVM that started us)
     if master or "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master(master or os.environ.get("ABS_SPARK_MASTER", "local[*]"))
+        master = master or os.environ.get("ABS_SPARK_MASTER", "local[*]")
+        builder = builder.master(master)
+        for key, value in daemon_confs(master).items():
+            builder = builder.config(key, value)
     return configure(builder, parallelism).getOrCreate()
 
 

@@ -25,6 +25,8 @@ side is the job's ``step`` (the loop run to its fixpoint) over the records.
 
 from __future__ import annotations
 
+import spark_jobs.python_path  # noqa: F401, I001 - first: pyspark's bytecode, not Spark's zip (see there)
+
 import argparse
 import sys
 import time

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import spark_jobs
 from absreplay.commands.pyfiles import build_pyfiles_zip
+from spark_jobs.python_path import daemon_confs
 from coordinator.errors import AbsError, ConfigError
 from coordinator.settings import Settings
 
@@ -54,6 +55,7 @@ def submit_command(settings: Settings, app_args: list[str], app: Path = PROCESS_
         # the code reaches a cluster's driver and executors the way the DAG ships it
         "--py-files", str(build_pyfiles_zip(settings.home / "pyfiles")),
         *python_confs(),
+        *(arg for key, value in daemon_confs(settings.spark_master).items() for arg in ("--conf", f"{key}={value}")),
         str(app),
         *app_args,
     ]
