@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from coordinator.catalog.models import SourceSegment
 from coordinator.sources.delta_source import DeltaSource, EpochFile, epoch_files
+from spark_jobs.records.epoch_source import literal_map, without_dead
 from spark_jobs.records.spark_types import spark_schema
 
 
@@ -47,15 +48,13 @@ def read_delta_epoch(
     columns = [c for c, _ in fmt.fields]
     parts = []
     for scan in _scans(files):
-        meta = spark.createDataFrame([(f.name, f.first_offset) for f in scan], "file string, first_offset long")
+        first = literal_map({f.name: f.first_offset for f in scan}, "bigint")
         rows = spark.read.schema(spark_schema(fmt.fields, nullable=True)).parquet(*[f.path for f in scan]).select(
             F.col("_metadata.file_name").alias("file"), F.col("_metadata.row_index").alias("row"), *columns)
-        parts.append(rows.join(F.broadcast(meta), "file").select(
-            F.lit(partition).alias("partition"), (F.col("first_offset") + F.col("row")).alias("seq"), *columns))
+        offset = F.try_element_at(first, F.col("file"))
+        parts.append(rows.where(offset.isNotNull()).select(
+            F.lit(partition).alias("partition"), (offset + F.col("row")).alias("seq"), *columns))
     records = parts[0]
     for part in parts[1:]:
         records = records.unionByName(part)
-    if dead_offsets:
-        dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
-        records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
-    return records
+    return without_dead(records, dead_offsets)

@@ -17,6 +17,7 @@ whatever is left parses.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,14 +31,6 @@ from coordinator.catalog.models import SourceSegment
 from coordinator.sources.record_formats import RecordFormat
 from spark_jobs.records.xxh64 import spark_xxhash64
 
-SEGMENTS_SCHEMA = StructType(
-    [
-        StructField("partition", StringType(), False),
-        StructField("segment", StringType(), False),
-        StructField("first_offset", LongType(), False),
-        StructField("records", LongType(), False),
-    ]
-)
 RECORD_SCHEMA = StructType(
     [
         StructField("partition", StringType(), False),
@@ -118,6 +111,33 @@ def keeps_input_file(df: DataFrame, files: frozenset[str]) -> bool:
     return True
 
 
+def literal_map(table: dict[str, object], value_type: str) -> Column:
+    """``table`` as one map literal (string keys, ``value_type`` values), folded from JSON by the optimizer: one
+    py4j call whatever its size. A lookup in it stands for a join with a small broadcast table, whose
+    broadcast is a Spark job of its own in every job that reads the epoch (two or three per operator)."""
+    return F.from_json(F.lit(json.dumps(table)), f"map<string, {value_type}>")
+
+
+def with_segments(rows: DataFrame, segments: Sequence[SourceSegment]) -> DataFrame:
+    """``rows`` (``partition``, ``segment`` columns) with their segment's ``first_offset`` and ``records``
+    (null for a file not among ``segments``)."""
+    table = {f"{s.partition}/{s.name}": {"first_offset": s.first_offset, "records": s.records} for s in segments}
+    found = F.try_element_at(literal_map(table, "struct<first_offset: bigint, records: bigint>"),
+                             F.concat_ws("/", "partition", "segment"))
+    return rows.withColumns({"first_offset": found["first_offset"], "records": found["records"]})
+
+
+def without_dead(records: DataFrame, dead_offsets: Sequence[tuple[str, int]]) -> DataFrame:
+    """``records`` (``partition``, ``seq``) but the dead letters ``dead_offsets``."""
+    if not dead_offsets:
+        return records
+    dead: dict[str, list[int]] = {}
+    for partition, seq in dead_offsets:
+        dead.setdefault(partition, []).append(seq)
+    is_dead = F.array_contains(F.try_element_at(literal_map(dead, "array<bigint>"), F.col("partition")), F.col("seq"))
+    return records.where(~F.coalesce(is_dead, F.lit(False)))
+
+
 def json_line(value: Column) -> Column:
     """The ``line`` field of an id envelope (validated at inject, so it is a JSON string)."""
     return F.get_json_object(value, "$.line")
@@ -134,9 +154,6 @@ def read_epoch(
     if not segments:
         return spark.createDataFrame([], RECORD_SCHEMA)
     paths = [str(input_dir / s.partition / s.name) for s in segments]
-    meta = spark.createDataFrame(
-        [(s.partition, s.name, s.first_offset, s.records) for s in segments], SEGMENTS_SCHEMA
-    )
     # a partition is one directory, or two (<source>/<partition>) for a job with several sources
     depth = 1 + segments[0].partition.count("/")
     parts = F.split(F.col("_metadata.file_path"), "/")
@@ -145,7 +162,7 @@ def read_epoch(
         F.element_at(parts, -1).alias("segment"),
         F.col("value"),
     )
-    lines = raw.join(F.broadcast(meta), ["partition", "segment"]).select(
+    lines = with_segments(raw, segments).select(
         "partition",
         "segment",
         "first_offset",
@@ -155,9 +172,7 @@ def read_epoch(
     records = lines.where(F.col("pos") < F.col("records")).select(
         "partition", (F.col("first_offset") + F.col("pos")).alias("seq"), "line", "segment"
     )
-    if dead_offsets:
-        dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
-        records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
+    records = without_dead(records, dead_offsets)
     envelopes = sorted({s.name for s in segments if fmt.envelope(s.name)})
     if envelopes:
         jsonl = F.col("segment").isin(envelopes)
@@ -178,9 +193,6 @@ def read_parquet_epoch(
         return None
     depth = 1 + segments[0].partition.count("/")
     paths = [str(input_dir / s.partition / s.name) for s in segments]
-    meta = spark.createDataFrame(
-        [(s.partition, s.name, s.first_offset, s.records) for s in segments], SEGMENTS_SCHEMA
-    )
     parts = F.split(F.col("_metadata.file_path"), "/")
     rows = spark.read.parquet(*paths).select(
         F.array_join(F.slice(parts, -(depth + 1), depth), "/").alias("partition"),
@@ -188,9 +200,6 @@ def read_parquet_epoch(
         F.col("_metadata.row_index").alias("row"),
         *[F.col(c) for c in columns],
     )
-    records = rows.join(F.broadcast(meta), ["partition", "segment"]).select(
+    records = with_segments(rows, segments).where(F.col("first_offset").isNotNull()).select(
         "partition", (F.col("first_offset") + F.col("row")).alias("seq"), *columns)
-    if dead_offsets:
-        dead = spark.createDataFrame(list(dead_offsets), "partition string, seq long")
-        records = records.join(F.broadcast(dead), ["partition", "seq"], "left_anti")
-    return records
+    return without_dead(records, dead_offsets)
