@@ -29,19 +29,26 @@ from coordinator.catalog.db import parse_url, upgrade
 # than tiered compilation and G1's threads. The shared session's JVM: SHARED_JVM_OPTIONS.
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by pytest_configure.
 #
-# Every JVM the tests start, the shared session's too, evaluates expressions without generated code: the
-# tests' epochs are tiny and nearly every plan is new to its JVM, so compiling generated Java (Janino)
-# costs more than it saves (the TTL job's two tests: 173 s -> 155 s alone); Spark's own suites also run
-# so. A Spark JVM takes system properties named spark.* as its settings. (Not a spark-defaults.conf in a
-# SPARK_CONF_DIR: Spark puts that folder on the classpath, and a JVM cannot dump a class archive with a
-# non-empty folder on it, so every JVM ran without the archive.) Runs, the demo and benchmarks keep codegen.
-NO_CODEGEN = "-Dspark.sql.codegen.factoryMode=NO_CODEGEN -Dspark.sql.codegen.wholeStage=false"
-CHILD_JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {NO_CODEGEN}"
+# Spark settings of every JVM the tests start, the shared session's too. The tests' epochs hold tens to
+# hundreds of records, and nearly every plan is new to its JVM, so what pays off on data costs here:
+# - no generated code: compiling generated Java (Janino) costs more than it saves (the TTL job's two tests:
+#   173 s -> 155 s alone);
+# - no broadcast joins: each broadcast is a Spark job of its own, in every job whose plan has one (a small
+#   page_views epoch: 20 -> 13 jobs; tests/operators, tests/sinks and two files of tests/runs on one worker:
+#   135 s -> 115 s).
+# Spark's own suites also run with both. Runs, the demo and the benchmarks keep Spark's defaults. A Spark JVM
+# takes system properties named spark.* as its settings. (Not a spark-defaults.conf in a SPARK_CONF_DIR:
+# Spark puts that folder on the classpath, and a JVM cannot dump a class archive with a non-empty folder on
+# it, so every JVM ran without the archive.)
+SPARK_SETTINGS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false",
+                  "spark.sql.autoBroadcastJoinThreshold": "-1"}
+SPARK_PROPERTIES = " ".join(f"-D{key}={value}" for key, value in SPARK_SETTINGS.items())
+CHILD_JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {SPARK_PROPERTIES}"
 # The shared session's JVM lives as long as its xdist worker and runs most of the suite's Spark work: the
 # server compiler pays off there, G1's threads do not (three JVMs share two cores). Tests of tests/operators,
 # tests/sinks and two of tests/runs, one worker: G1 160 CPU-s of JVM and 140 s; serial 141 CPU-s and 135 s;
 # serial and the client compiler alone 131 CPU-s but 150 s.
-SHARED_JVM_OPTIONS = f"-XX:+UseSerialGC {NO_CODEGEN}"
+SHARED_JVM_OPTIONS = f"-XX:+UseSerialGC {SPARK_PROPERTIES}"
 ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE"  # the archive's JVM options, from the controller to the xdist workers
 NO_ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE_MISSING"  # why there is none, when it was wanted
 

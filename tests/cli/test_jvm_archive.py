@@ -1,5 +1,6 @@
 """The suite's own speed guard: a Spark JVM started as the tests start one (spark-submit, child JVM options
-from tests/conftest.py) maps the class archive and evaluates expressions without generated code.
+from tests/conftest.py) maps the class archive and has the tests' Spark settings (no generated code, no broadcast
+joins).
 
 Without the archive every spark-submit of the suite loads Spark's classes one by one (12 s against 7 s for a
 session and one small job), and nothing else says so: a JVM that cannot map it runs without it, silently.
@@ -8,21 +9,23 @@ took twice as long. ``-Xshare:on`` makes such a JVM fail instead."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 from absreplay.commands import submit
-from tests.conftest import ARCHIVE_ENV, NO_ARCHIVE_ENV
+from tests.conftest import ARCHIVE_ENV, NO_ARCHIVE_ENV, SPARK_SETTINGS
 
-APP = """from pyspark.sql import SparkSession
+APP = """import json
+from pyspark.sql import SparkSession
 s = SparkSession.builder.getOrCreate()
-print("codegen", s.conf.get("spark.sql.codegen.factoryMode"), s.conf.get("spark.sql.codegen.wholeStage"))
+print(json.dumps({key: s.conf.get(key) for key in %r}))
 s.stop()
-"""
+""" % sorted(SPARK_SETTINGS)
 
 
-def test_a_spark_submit_maps_the_class_archive_and_generates_no_code(tmp_path) -> None:
+def test_a_spark_submit_maps_the_class_archive_and_has_the_tests_spark_settings(tmp_path) -> None:
     assert NO_ARCHIVE_ENV not in os.environ, f"no JVM class archive: {os.environ[NO_ARCHIVE_ENV]}"
     mapped = ["--driver-java-options", "-Xshare:on"] if os.environ.get(ARCHIVE_ENV) else []  # else turned off
     app = tmp_path / "app.py"
@@ -32,4 +35,4 @@ def test_a_spark_submit_maps_the_class_archive_and_generates_no_code(tmp_path) -
          *submit.python_confs(), *mapped, str(app)],
         env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "codegen NO_CODEGEN false" in proc.stdout
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == SPARK_SETTINGS
