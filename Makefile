@@ -10,7 +10,7 @@ WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest
 
 # the project's own modules, compiled to bytecode before a run (see `bytecode` below)
-SOURCES := absreplay absreplay_examples coordinator spark_jobs migrations dags jobs tests bench
+SOURCES := $(wildcard absreplay absreplay_examples coordinator spark_jobs migrations dags jobs tests bench)
 
 .PHONY: demo test test-fast soak install chromium bytecode
 
