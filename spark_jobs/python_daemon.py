@@ -1,5 +1,5 @@
 """The Python worker daemon of a local-mode run (``spark.python.daemon.module``, set by
-``spark_jobs.session.local_python_confs``): PySpark's own daemon, with the installed pyspark ahead of Spark's
+``spark_jobs.python_path.daemon_confs``): PySpark's own daemon, with the installed pyspark ahead of Spark's
 zip on the path (``spark_jobs.python_path``), so that every worker it forks imports pyspark's bytecode
 instead of compiling it.
 
