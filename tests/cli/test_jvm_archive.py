@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from absreplay.commands import submit
 from tests.conftest import ARCHIVE_ENV, NO_ARCHIVE_ENV, SPARK_SETTINGS
 
@@ -25,6 +27,7 @@ s.stop()
 """ % sorted(SPARK_SETTINGS)
 
 
+@pytest.mark.spark  # a Spark application of its own
 def test_a_spark_submit_maps_the_class_archive_and_has_the_tests_spark_settings(tmp_path) -> None:
     assert NO_ARCHIVE_ENV not in os.environ, f"no JVM class archive: {os.environ[NO_ARCHIVE_ENV]}"
     mapped = ["--driver-java-options", "-Xshare:on"] if os.environ.get(ARCHIVE_ENV) else []  # else turned off

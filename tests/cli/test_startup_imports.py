@@ -42,6 +42,7 @@ s.stop()
 """
 
 
+@pytest.mark.spark  # a Spark application of its own
 def test_a_local_run_imports_the_installed_pyspark_not_sparks_zip(tmp_path) -> None:
     """spark-submit puts Spark's pyspark.zip first on the driver's and the workers' path, and a module
     imported from a zip is compiled from source by every process; spark_jobs.python_path and the local-mode
