@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 
@@ -81,14 +82,15 @@ class Placement:
         #: tag (an operator) -> subtask -> the executor that holds its store (``seen``: an earlier application's
         #: executor, gone: Spark then prefers its host, ``TaskSetManager`` files a task under both)
         self.locations: dict[str, dict[int, str]] = {tag: dict(where) for tag, where in seen.items()}
+        # the run's thread and the snapshot writer's (a full snapshot's store tasks are pinned too) both ask
+        self._lock = threading.Lock()
 
     def pinned(self, df: DataFrame, tag: str, partitions: int) -> DataFrame:
         """``df`` (partition i: store i of ``tag``) with each partition preferring the executor that holds its
         store, and recording where it runs."""
-        self.update()
         gateway = self.spark.sparkContext._gateway
         prefs = gateway.new_array(gateway.jvm.String, partitions)
-        for i, where in self.locations.get(tag, {}).items():
+        for i, where in self.where(tag).items():
             if i < partitions:
                 prefs[i] = where
         args = gateway.new_array(gateway.jvm.Object, 4)
@@ -96,11 +98,23 @@ class Placement:
         rdd = self._constructor.newInstance(args)
         return DataFrame(self.spark._jsparkSession.internalCreateDataFrame(rdd, df._jdf.schema(), False), self.spark)
 
+    def where(self, tag: str) -> dict[int, str]:
+        """Where each store of ``tag`` is now (a copy): subtask -> executor."""
+        with self._lock:
+            self._take_in()
+            return dict(self.locations.get(tag, {}))
+
     def update(self) -> None:
-        """Take in where the tasks run since the last call ran (in the order Spark merged their records). The
-        records cross py4j as one string: iterating the Java list took a round trip per record, and its end a
-        Java exception that PySpark converts at length (18 ms each, 0.1-0.2 s of a small epoch). Only the
-        records added since the last call cross: the accumulator is appended to for the whole run."""
+        """Take in where the tasks ran since the last call (in the order Spark merged their records)."""
+        with self._lock:
+            self._take_in()
+
+    def _take_in(self) -> None:
+        """The records cross py4j as one string: iterating the Java list took a round trip per record, and its
+        end a Java exception that PySpark converts at length (18 ms each, 0.1-0.2 s of a small epoch). Only the
+        records added since the last call cross: the accumulator is appended to for the whole run. Under the
+        lock: two threads in here at once read the same records twice, or none (the second moved ``_seen`` past
+        them: an empty string, whose record has no fields), and an older copy could undo a newer location."""
         ran = self._ran.value()  # a copy, in merge order: what the last call read is its first _seen records
         total = ran.size()
         if total > self._seen:

@@ -201,10 +201,7 @@ class StoreState:
     def applied_loads(self) -> dict[int, tuple[str, float, str | None]]:
         """How the apply from this state found each subtask's store (its tasks' events, ``state.loader``), and
         the executor it ran on: a group of epochs applied at once is one apply, reported with its first epoch."""
-        where = {}
-        if self.placement is not None:
-            self.placement.update()
-            where = self.placement.locations.get(self.operator, {})
+        where = {} if self.placement is None else self.placement.where(self.operator)
         return {e[1]: (e[4], e[5], where.get(e[1])) for e in self.events.value
                 if e[0] == self.operator and e[2] == self.version and e[3] == "apply"}
 

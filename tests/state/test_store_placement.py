@@ -8,6 +8,8 @@ were given, and each task records the executor it ran on, which the next stage t
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from spark_jobs.state.placement import Placement
@@ -45,3 +47,55 @@ def test_a_pinned_stage_prefers_the_stores_executors_and_learns_where_its_tasks_
     assert placement._seen == 4
     placement.update()  # nothing new ran
     assert placement._seen == 4 and placement.locations["count"] == ran
+
+
+class FirstCopyWaits:
+    """A Placement's accumulator whose first copy, once its records are being read, waits (at most ``wait_s``)
+    for ``go``: another thread's update can run in between, as the snapshot writer's does beside the run's."""
+
+    def __init__(self, real, wait_s: float) -> None:
+        self.real, self.wait_s, self.copies = real, wait_s, 0
+        self.reading, self.go = threading.Event(), threading.Event()
+
+    def value(self):
+        self.copies += 1
+        copy = self.real.value()
+        if self.copies > 1:
+            return copy
+        outer = self
+
+        class Copy:
+            def size(self) -> int:
+                return copy.size()
+
+            def subList(self, start: int, end: int):  # noqa: N802 - the Java method's name
+                outer.reading.set()
+                outer.go.wait(outer.wait_s)
+                return copy.subList(start, end)
+
+        return Copy()
+
+
+def test_two_threads_updating_at_once_keep_the_newest_location(spark) -> None:
+    """The run's thread and the snapshot writer's thread both update: the second must neither read the first's
+    records again nor let the first's older copy undo the location it took in (it did, before the lock: a
+    bench run died on a record read as an empty string)."""
+    placement = Placement(spark, {})
+    real = placement._ran
+    placement._ran = acc = FirstCopyWaits(real, wait_s=2.0)
+    real.add("count|0|executor_a_1")
+    first = threading.Thread(target=placement.update)
+    first.start()
+    assert acc.reading.wait(30)
+    real.add("count|0|executor_b_2")  # the store's next task ran elsewhere, after the first copy was taken
+
+    def second() -> None:
+        placement.update()
+        acc.go.set()
+
+    later = threading.Thread(target=second)
+    later.start()
+    first.join(30)
+    later.join(30)
+    assert placement.locations == {"count": {0: "executor_b_2"}} and placement._seen == 2
+    assert placement.where("count") == {0: "executor_b_2"}
