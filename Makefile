@@ -12,7 +12,7 @@ PYTEST := $(BIN)/python -m pytest
 # the project's own modules, compiled to bytecode before a run (see `bytecode` below)
 SOURCES := $(wildcard absreplay absreplay_examples coordinator spark_jobs migrations dags jobs tests bench)
 
-.PHONY: demo test test-fast soak install chromium bytecode
+.PHONY: demo test test-fast soak install chromium bytecode jvm-archive
 
 install: $(VENV)/.installed bytecode
 
@@ -41,10 +41,15 @@ chromium: /usr/bin/chromedriver
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
 
+jvm-archive: $(VENV)/.installed
+	$(BIN)/python -m tests.jvm_archive
+
 demo: install
 	$(BIN)/absreplay demo
 
-test: install chromium
+# Chromium's install and the tests' JVM class archive (tests/jvm_archive.py, about 30 s of one core) side by side
+test: install
+	$(MAKE) -j2 chromium jvm-archive
 	$(BIN)/ruff check .
 	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 

@@ -27,7 +27,7 @@ from coordinator.catalog.db import parse_url, upgrade
 # The JVMs the tests start as child processes (spark-submit, Airflow's, a standalone cluster's) live
 # seconds: the client compiler alone and the serial collector spend far less CPU on a 2-core machine
 # than tiered compilation and G1's threads. The shared session's JVM: SHARED_JVM_OPTIONS.
-# Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by pytest_configure.
+# Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by `make test` or pytest_configure.
 #
 # Spark settings of every JVM the tests start, the shared session's too. The tests' epochs hold tens to
 # hundreds of records, and nearly every plan is new to its JVM, so what pays off on data costs here:

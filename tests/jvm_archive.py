@@ -77,3 +77,10 @@ def ensure(child_options: str) -> Path | None:
 def options(path: Path | None) -> str:
     """JVM options that use the archive (empty without one)."""
     return "" if path is None else f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+if __name__ == "__main__":  # `make test` makes it beside Chromium's install, before pytest starts
+    from tests.conftest import CHILD_JVM_OPTIONS
+
+    made = ensure(CHILD_JVM_OPTIONS)
+    print(f"test JVM class archive: {made or 'none (the tests make it again, or run without it)'}")
