@@ -104,17 +104,13 @@ class Placement:
             self._take_in()
             return dict(self.locations.get(tag, {}))
 
-    def update(self) -> None:
-        """Take in where the tasks ran since the last call (in the order Spark merged their records)."""
-        with self._lock:
-            self._take_in()
-
     def _take_in(self) -> None:
-        """The records cross py4j as one string: iterating the Java list took a round trip per record, and its
-        end a Java exception that PySpark converts at length (18 ms each, 0.1-0.2 s of a small epoch). Only the
-        records added since the last call cross: the accumulator is appended to for the whole run. Under the
-        lock: two threads in here at once read the same records twice, or none (the second moved ``_seen`` past
-        them: an empty string, whose record has no fields), and an older copy could undo a newer location."""
+        """Take in where the tasks ran since the last call, in the order Spark merged their records (under the
+        lock: two threads in here at once read the same records twice, or none, the second having moved ``_seen``
+        past them, and an older copy could undo a newer location). The records cross py4j as one string:
+        iterating the Java list took a round trip per record, and its end a Java exception that PySpark converts
+        at length (18 ms each, 0.1-0.2 s of a small epoch). Only the records added since the last call cross: the
+        accumulator is appended to for the whole run."""
         ran = self._ran.value()  # a copy, in merge order: what the last call read is its first _seen records
         total = ran.size()
         if total > self._seen:

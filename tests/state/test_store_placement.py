@@ -31,8 +31,7 @@ def test_a_pinned_stage_prefers_the_stores_executors_and_learns_where_its_tasks_
     pinned = placement.pinned(df, "count", 2)
     assert preferred(pinned) == [["executor_gone-host_7"], []]
     assert sorted(r.id for r in pinned.collect()) == list(range(1000))  # every row, once
-    placement.update()
-    ran = placement.locations["count"]
+    ran = placement.where("count")
     assert sorted(ran) == [0, 1] and all(where.startswith("executor_") and where.endswith("_driver")
                                          for where in ran.values()), ran
     # the next stage of that store goes where the last one ran
@@ -40,18 +39,16 @@ def test_a_pinned_stage_prefers_the_stores_executors_and_learns_where_its_tasks_
     # another operator's stores are its own
     other = placement.pinned(df, "other", 2)
     assert preferred(other) == [[], []]
-    # a later update reads only what ran since: the other operator's tasks, the first's stay as they were
+    # a later look reads only what ran since: the other operator's tasks, the first's stay as they were
     assert other.count() == 1000
-    placement.update()
-    assert placement.locations["count"] == ran and sorted(placement.locations["other"]) == [0, 1]
+    assert sorted(placement.where("other")) == [0, 1] and placement.where("count") == ran
     assert placement._seen == 4
-    placement.update()  # nothing new ran
-    assert placement._seen == 4 and placement.locations["count"] == ran
+    assert placement.where("count") == ran and placement._seen == 4  # nothing new ran
 
 
 class FirstCopyWaits:
     """A Placement's accumulator whose first copy, once its records are being read, waits (at most ``wait_s``)
-    for ``go``: another thread's update can run in between, as the snapshot writer's does beside the run's."""
+    for ``go``: another thread's look can run in between, as the snapshot writer's does beside the run's."""
 
     def __init__(self, real, wait_s: float) -> None:
         self.real, self.wait_s, self.copies = real, wait_s, 0
@@ -77,20 +74,20 @@ class FirstCopyWaits:
 
 
 def test_two_threads_updating_at_once_keep_the_newest_location(spark) -> None:
-    """The run's thread and the snapshot writer's thread both update: the second must neither read the first's
+    """The run's thread and the snapshot writer's thread both ask where the stores are: the second must neither read the first's
     records again nor let the first's older copy undo the location it took in (it did, before the lock: a
     bench run died on a record read as an empty string)."""
     placement = Placement(spark, {})
     real = placement._ran
     placement._ran = acc = FirstCopyWaits(real, wait_s=2.0)
     real.add("count|0|executor_a_1")
-    first = threading.Thread(target=placement.update)
+    first = threading.Thread(target=placement.where, args=("count",))
     first.start()
     assert acc.reading.wait(30)
     real.add("count|0|executor_b_2")  # the store's next task ran elsewhere, after the first copy was taken
 
     def second() -> None:
-        placement.update()
+        placement.where("count")
         acc.go.set()
 
     later = threading.Thread(target=second)
