@@ -49,6 +49,7 @@ from spark_jobs.operators import deletes, ttl
 from spark_jobs.operators.dataflow import Dataflow
 from spark_jobs.run.progress import Steps
 from spark_jobs.run.runner import EpochRunner
+from spark_jobs.operators.keyed_operators import materialized
 
 MAX_DIFFERENCES = 10
 #: exit code: the comparison could not be made (bad input is 2, a difference 1)
@@ -150,7 +151,7 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
         runner.check_reads([(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
         out = flow.epoch(spark, states, runner.read_records(plan), back_edge, watermarks, n,
                          job.loop_rounds if exact else None)
-        states = {op: df.localCheckpoint(eager=True) for op, df in out.states.items()}
+        states = {op: materialized(df, False) for op, df in out.states.items()}  # the operators' copies, mostly
         flow.expiry.finish(n)
         watermarks.update(out.watermarks)
         back_edge, start, total = out.back_edge, cut, total + plan.records

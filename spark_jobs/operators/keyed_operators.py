@@ -80,9 +80,33 @@ def _fold(state: DataFrame, rows: DataFrame, node: Any, group: list[str], extra:
     return folding.with_means(merged).select(*columns)
 
 
+#: logical operators that read their one input row by row: a few of them over a local checkpoint are as
+#: immutable as the checkpoint, and as cheap to read again as a copy of their own would be
+NARROW = frozenset({"Project", "Filter", "SubqueryAlias"})
+NARROW_DEPTH = 8  # beyond this many a chain is copied anyway: a state's lineage stays bounded
+
+
+def over_checkpoint(df: DataFrame) -> bool:
+    """Whether ``df`` is at most ``NARROW_DEPTH`` deterministic projections and filters of one local
+    checkpoint (a window's state after the watermark, an aggregate's changed rows): then it needs no
+    copy of its own. Read from the analyzed plan, which Spark has already (a few py4j calls, no job)."""
+    plan = df._jdf.queryExecution().analyzed()
+    if not plan.deterministic():
+        return False
+    for _ in range(NARROW_DEPTH + 1):
+        kind = plan.getClass().getSimpleName()
+        if kind == "LogicalRDD":
+            return plan.rdd().isCheckpointed()
+        if kind not in NARROW:
+            return False
+        plan = plan.child()
+    return False
+
+
 def materialized(df: DataFrame, dry: bool) -> DataFrame:
-    """``df`` as an immutable local copy (one Spark job), or as planned when ``dry`` (a dry run: schemas only)."""
-    return df if dry else df.localCheckpoint(eager=True)
+    """``df`` as an immutable local copy (one Spark job; none when it is one already: ``over_checkpoint``),
+    or as planned when ``dry`` (a dry run: schemas only)."""
+    return df if dry or over_checkpoint(df) else df.localCheckpoint(eager=True)
 
 
 def aggregate(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], checkpoint_id: int) -> DataFrame:

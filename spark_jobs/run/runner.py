@@ -32,6 +32,7 @@ from coordinator.sources.record_formats import ParquetFiles
 from spark_jobs.state import keyed_state
 from spark_jobs.operators import ttl
 from spark_jobs.operators.dataflow import dataflow_of
+from spark_jobs.operators.keyed_operators import materialized
 from spark_jobs.records.delta_epochs import read_delta_epoch
 from spark_jobs.records.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
 from spark_jobs.run.progress import Steps
@@ -373,7 +374,7 @@ class EpochRunner:
             t1 = time.perf_counter()
             fault_point("epoch.compute", plan.checkpoint_id)  # computed; not handed to the snapshot writer yet
             states.update(out.states)
-            outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
+            outputs = {name: materialized(df, False) for name, df in out.outputs.items()}
             elapsed = share + time.perf_counter() - t1
             metrics = EpochMetrics(plan.checkpoint_id, plan.records, elapsed).count_stores(out.states)
             report.epochs.append(metrics)
@@ -407,7 +408,7 @@ class EpochRunner:
                 new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))
                 new_state = new_state.localCheckpoint(eager=True)
             states[spec.operator] = new_state
-        outputs = {name: df.localCheckpoint(eager=True) for name, df in out.outputs.items()}
+        outputs = {name: materialized(df, False) for name, df in out.outputs.items()}
         dropped = self.flow.expiry.finish(plan.checkpoint_id)
         elapsed = time.perf_counter() - t0
         metrics = EpochMetrics(plan.checkpoint_id, plan.records, elapsed).count_stores(states)
