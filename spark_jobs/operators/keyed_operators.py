@@ -131,12 +131,16 @@ def process(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], ch
         *[F.when(~gone, F.col(c)).alias(c) for c in values], deletes.marker(gone),
         F.lit(checkpoint_id).cast("long").alias("updated"),
     )
-    # a delete of a key the state does not hold deletes nothing: no tombstone
-    fresh = fresh.where(~deletes.is_tombstone()).unionByName(
-        fresh.where(deletes.is_tombstone()).join(current.select(*keys), keys, "left_semi"))
-    fresh = materialized(fresh, dry)
-    kept = state.join(fresh.select(*keys), keys, "left_anti")
-    return kept.unionByName(fresh.select(*columns))
+    if DELETE in out.columns:  # a delete of a key the state does not hold deletes nothing: no tombstone
+        held = current.select(*keys, F.lit(True).alias("_held"))
+        fresh = fresh.join(held, keys, "left").where(~deletes.is_tombstone() | F.col("_held").isNotNull())
+    # state n: what the function wrote, and the state's rows of every other key. One full outer join reads the
+    # function's rows once, so they are computed once, in the Spark job that materializes state n
+    wrote = fresh.select(*columns, F.lit(True).alias("_wrote"))
+    prior = state.select(*keys, *[F.col(c).alias(f"_prior_{c}") for c in columns if c not in keys])
+    merged = prior.join(wrote, keys, "full_outer")
+    return merged.select(*[F.col(c) if c in keys else F.when(F.col("_wrote"), F.col(c)).otherwise(
+        F.col(f"_prior_{c}")).alias(c) for c in columns])
 
 
 def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mark: int | None,
