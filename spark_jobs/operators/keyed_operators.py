@@ -95,12 +95,18 @@ def over_checkpoint(df: DataFrame) -> bool:
         return False
     for _ in range(NARROW_DEPTH + 1):
         kind = plan.getClass().getSimpleName()
-        if kind == "LogicalRDD":
-            return plan.rdd().isCheckpointed()
+        if kind == "LogicalRDD":  # a local checkpoint, or no rows at all (``no_rows``)
+            return plan.rdd().isCheckpointed() or plan.rdd().getNumPartitions() == 0
         if kind not in NARROW:
             return False
         plan = plan.child()
     return False
+
+
+def no_rows(like: DataFrame) -> DataFrame:
+    """An empty DataFrame of ``like``'s schema that no Spark job reads (``over_checkpoint``)."""
+    spark = like.sparkSession
+    return spark.createDataFrame(spark.sparkContext.emptyRDD(), like.schema)
 
 
 def materialized(df: DataFrame, dry: bool) -> DataFrame:
@@ -150,9 +156,11 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     t = event_ms(rows, node.time)
     last = F.floor(t / slide).cast("long") * slide  # the latest window holding t starts here
     first = (F.floor((t - size) / slide).cast("long") + 1) * slide
-    # the newest event time is observed in the pass that folds the epoch: no Spark job of its own
+    # the newest event time, and how many records are late, are observed in the pass that folds the epoch:
+    # no Spark job of their own, and none reads the epoch again for its late records when it has none
     seen = Observation()
-    observed = rows if dry else rows.observe(seen, F.max(t).alias("newest"))
+    is_late = (last + size + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
+    observed = rows if dry else rows.observe(seen, F.max(t).alias("newest"), F.count(F.when(is_late, 1)).alias("late"))
     assigned = observed.withColumn("window_start", F.explode(F.sequence(first, last, F.lit(slide).cast("long"))))
     if mark is not None:
         assigned = assigned.where(F.col("window_start") + size + lateness > mark)
@@ -167,8 +175,7 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     newest = seen.get["newest"]
     if newest is not None:
         mark = max(mark, newest - node.delay_ms) if mark is not None else newest - node.delay_ms
-    late = rows.limit(0) if before is None else rows.where(last + size + lateness <= F.lit(before))
-    late = _late(late, node, last + size, before)
+    late = _late(rows.where(is_late) if seen.get["late"] else no_rows(rows), node, last + size, before)
     if node.refire:
         kept, windows = refire.fire(merged, mark, lateness, checkpoint_id)
         return kept, windows.select(*emitted(columns)), late, mark

@@ -1,12 +1,13 @@
 """An operator's state n and an epoch's output are immutable local copies; one that is already a few
 projections and filters of such a copy (a window's state after its watermark, an aggregate's changed
-rows) is kept as it is, without a Spark job of its own: ``keyed_operators.over_checkpoint``."""
+rows), or holds no rows at all (a window's dead letters in an epoch without late records), is kept as it
+is, without a Spark job of its own: ``keyed_operators.over_checkpoint``."""
 
 from __future__ import annotations
 
 from pyspark.sql import functions as F
 
-from spark_jobs.operators.keyed_operators import NARROW_DEPTH, materialized, over_checkpoint
+from spark_jobs.operators.keyed_operators import NARROW_DEPTH, materialized, no_rows, over_checkpoint
 
 
 def jobs_run(spark) -> int:
@@ -16,10 +17,12 @@ def jobs_run(spark) -> int:
 def test_projections_and_filters_of_a_local_checkpoint_need_no_copy(spark) -> None:
     copy = spark.range(20).withColumn("updated", F.col("id") % 3).localCheckpoint(eager=True)
     changed = copy.where(F.col("updated") == 2).select("id", (F.col("id") * 2).alias("twice"))
-    assert over_checkpoint(copy) and over_checkpoint(changed)
+    empty = no_rows(changed).select("twice")  # a window's epoch without late records: its dead letters
+    assert over_checkpoint(copy) and over_checkpoint(changed) and over_checkpoint(empty)
     before = jobs_run(spark)
-    assert materialized(changed, dry=False) is changed
+    assert materialized(changed, dry=False) is changed and materialized(empty, dry=False) is empty
     assert jobs_run(spark) == before  # no Spark job ran
+    assert empty.collect() == []
     assert sorted(r.twice for r in changed.collect()) == [4, 10, 16, 22, 28, 34]
 
 
