@@ -42,7 +42,7 @@ from pyspark.sql import DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
 from absreplay.declaration import late_sink_name
-from spark_jobs.operators.keyed_operators import LATE_COLUMNS, materialized, no_rows
+from spark_jobs.operators.keyed_operators import LATE_COLUMNS, LateCount, materialized, no_rows
 from spark_jobs.records.event_time import event_ms
 
 SIDE, PARTITION, SEQ, N, TS, MATCHED = "_side", "_partition", "_seq", "_n", "_ts", "_matched"
@@ -122,17 +122,14 @@ def epoch(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
         mark = watermark(state, node.delay_ms)
     sides = []
     late = []
-    counts: list[Observation] = []
+    counts: list[LateCount] = []
     for side, rows, time, keys, renamed in (("L", left, node.time, cols.keys, {}),
                                             ("R", right, bounds.right_time, cols.right_keys, cols.renamed)):
         timed = rows.withColumn(TS, event_ms(rows, time))
         is_late = F.col(TS).isNull() | (F.col(TS) < F.lit(mark) if mark is not None else F.lit(False))
         late.append(_dead_letters(timed.where(is_late), node, side, time, mark))
-        # counted in the pass that materializes the accepted rows: an epoch without any reads no more for them
-        counted = Observation()
-        counts.append(counted)
-        accepted = (timed if dry else timed.observe(counted, F.count(F.when(is_late, 1)).alias("late"))).where(
-            ~is_late).select(
+        counts.append(LateCount())  # in the pass that materializes the accepted rows
+        accepted = counts[-1].counting(timed, is_late, dry).where(~is_late).select(
             *[F.col(k).alias(out) for k, out in zip(keys, cols.keys, strict=True)],
             *[F.col(c).alias(renamed.get(c, c)) for c in timed.columns if c not in keys])
         sides.append(cols.state(accepted, side, checkpoint_id))
@@ -157,7 +154,7 @@ def epoch(state: DataFrame | None, left: DataFrame, right: DataFrame, node: Any,
     dead = late[0].unionByName(late[1])
     if dry:
         return merged, joined, dead, mark
-    if not any(c.get["late"] for c in counts):
+    if not any(c.late for c in counts):  # one empty frame, not a union of two (a union is copied: a job)
         dead = no_rows(dead)
     newest = Observation()
     merged = merged.observe(newest, F.max(F.when(F.col(SIDE) == "L", F.col(TS))).alias("left"),

@@ -109,6 +109,28 @@ def no_rows(like: DataFrame) -> DataFrame:
     return spark.createDataFrame(spark.sparkContext.emptyRDD(), like.schema)
 
 
+class LateCount:
+    """How many of an epoch's records are late, counted in the pass that folds the epoch (an ``Observation``: no
+    Spark job of its own), so that an epoch without any hands its dead letters no rows (``no_rows``) instead of a
+    job that reads and judges its records again to find none. Windows, session windows and interval joins."""
+
+    def __init__(self) -> None:
+        self._seen = Observation()
+
+    def counting(self, df: DataFrame, is_late: Column, dry: bool) -> DataFrame:
+        """``df``, counting its rows that ``is_late`` in the pass that reads it (as planned when ``dry``)."""
+        return df if dry else df.observe(self._seen, F.count(F.when(is_late, 1)).alias("late"))
+
+    @property
+    def late(self) -> int:
+        """How many were late (once that pass ran)."""
+        return int(self._seen.get["late"] or 0)
+
+    def rows(self, late: DataFrame) -> DataFrame:
+        """``late``, or no rows when the pass counted none."""
+        return late if self.late else no_rows(late)
+
+
 def materialized(df: DataFrame, dry: bool) -> DataFrame:
     """``df`` as an immutable local copy (one Spark job; none when it is one already: ``over_checkpoint``),
     or as planned when ``dry`` (a dry run: schemas only)."""
@@ -156,11 +178,10 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     t = event_ms(rows, node.time)
     last = F.floor(t / slide).cast("long") * slide  # the latest window holding t starts here
     first = (F.floor((t - size) / slide).cast("long") + 1) * slide
-    # the newest event time, and how many records are late, are observed in the pass that folds the epoch:
-    # no Spark job of their own, and none reads the epoch again for its late records when it has none
-    seen = Observation()
+    # the newest event time, and how many records are late, are observed in the pass that folds the epoch
+    seen, counted = Observation(), LateCount()
     is_late = (last + size + lateness <= F.lit(mark)) if mark is not None else F.lit(False)
-    observed = rows if dry else rows.observe(seen, F.max(t).alias("newest"), F.count(F.when(is_late, 1)).alias("late"))
+    observed = counted.counting(rows if dry else rows.observe(seen, F.max(t).alias("newest")), is_late, dry)
     assigned = observed.withColumn("window_start", F.explode(F.sequence(first, last, F.lit(slide).cast("long"))))
     if mark is not None:
         assigned = assigned.where(F.col("window_start") + size + lateness > mark)
@@ -175,7 +196,7 @@ def window(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], mar
     newest = seen.get["newest"]
     if newest is not None:
         mark = max(mark, newest - node.delay_ms) if mark is not None else newest - node.delay_ms
-    late = _late(rows.where(is_late) if seen.get["late"] else no_rows(rows), node, last + size, before)
+    late = _late(counted.rows(rows.where(is_late)), node, last + size, before)
     if node.refire:
         kept, windows = refire.fire(merged, mark, lateness, checkpoint_id)
         return kept, windows.select(*emitted(columns)), late, mark

@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 
 from absreplay.declaration import Session
 from absreplay.job_graph import SESSION_EMITTED, emitted
-from spark_jobs.operators.keyed_operators import LATE_COLUMNS, Folding, materialized, no_rows
+from spark_jobs.operators.keyed_operators import LATE_COLUMNS, Folding, LateCount, materialized
 from spark_jobs.records.event_time import event_ms
 
 #: helper columns of the records while they are judged (a leading ``_``: never part of a dead letter's payload)
@@ -60,8 +60,8 @@ def session(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], ma
     observed = rows if dry else rows.observe(seen, F.max(event_ms(rows, node.time)).alias("newest"))
     judged = _judged(observed, emitted_before, node)
     late = _late(mark, gap, lateness)
-    counted = Observation()  # the late records, counted in the same pass: an epoch without any reads no more
-    judged = judged if dry else judged.observe(counted, F.count(F.when(late, 1)).alias("late"))
+    counted = LateCount()
+    judged = counted.counting(judged, late, dry)
     accepted = judged.where(F.col(EVENT_MS).isNotNull() & ~late)
     merged = _merge(state.where(~done).drop(SESSION_EMITTED), accepted, node, columns, checkpoint_id)
     if dry:
@@ -77,8 +77,7 @@ def session(state: DataFrame, rows: DataFrame, node: Any, columns: list[str], ma
     closed = emitted_before.unionByName(now_emitted)
     if mark is not None:  # no record can reach it any more: every one before its end is late by its own span
         closed = closed.where(F.col("window_end") + gap + lateness > F.lit(mark))
-    late_rows = _judged(rows, emitted_before, node).where(late)
-    late_rows = late_rows if counted.get["late"] else no_rows(late_rows)
+    late_rows = counted.rows(_judged(rows, emitted_before, node).where(late))
     return (merged.where(~fired).unionByName(closed), merged.where(fired).select(*emitted(columns)),
             _dead_letters(late_rows, node, before), mark)
 
