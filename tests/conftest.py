@@ -16,7 +16,6 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from unittest import mock
 
 import pytest
 from hypothesis import settings
@@ -24,9 +23,13 @@ from sqlalchemy import create_engine, text
 
 from coordinator.catalog.db import parse_url, upgrade
 
-# The JVMs the tests start as child processes (spark-submit, Airflow's, a standalone cluster's) live
-# seconds: the client compiler alone and the serial collector spend far less CPU on a 2-core machine
-# than tiered compilation and G1's threads. The shared session's JVM: SHARED_JVM_OPTIONS.
+# Every JVM the tests start (spark-submit, Airflow's, a standalone cluster's, the shared session's) runs the
+# client compiler alone and the serial collector: on a 2-core machine they spend far less CPU than tiered
+# compilation and G1's threads. The shared session's JVM too, though it lives as long as its xdist worker:
+# the server compiler was 60% of its CPU (63 of 98 CPU-s over tests/runs/test_state_diff.py and
+# tests/operators/test_operators.py), and the tests' plans are new to it nearly every time, so what it
+# compiled rarely ran long enough to pay off. 79 in-process tests on three workers, A/B/A/B: 215 and 232 s
+# (410 and 445 CPU-s) against 255 and 244 s (496 and 476 CPU-s) with the server compiler.
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by `make test` or pytest_configure.
 #
 # Spark settings of every JVM the tests start, the shared session's too. The tests' epochs hold tens to
@@ -43,20 +46,15 @@ from coordinator.catalog.db import parse_url, upgrade
 SPARK_SETTINGS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false",
                   "spark.sql.autoBroadcastJoinThreshold": "-1"}
 SPARK_PROPERTIES = " ".join(f"-D{key}={value}" for key, value in SPARK_SETTINGS.items())
-CHILD_JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {SPARK_PROPERTIES}"
-# The shared session's JVM lives as long as its xdist worker and runs most of the suite's Spark work: the
-# server compiler pays off there, G1's threads do not (three JVMs share two cores). Tests of tests/operators,
-# tests/sinks and two of tests/runs, one worker: G1 160 CPU-s of JVM and 140 s; serial 141 CPU-s and 135 s;
-# serial and the client compiler alone 131 CPU-s but 150 s.
-SHARED_JVM_OPTIONS = f"-XX:+UseSerialGC {SPARK_PROPERTIES}"
+JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {SPARK_PROPERTIES}"
 ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE"  # the archive's JVM options, from the controller to the xdist workers
 NO_ARCHIVE_ENV = "ABS_TEST_JVM_ARCHIVE_MISSING"  # why there is none, when it was wanted
 
 PG_ADMIN_URL = os.environ.get("ABS_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def _child_jvm_options() -> str:
-    return f"{CHILD_JVM_OPTIONS} {os.environ.get(ARCHIVE_ENV, '')}".strip()
+def _jvm_options() -> str:
+    return f"{JVM_OPTIONS} {os.environ.get(ARCHIVE_ENV, '')}".strip()
 
 
 def _pg_url(db: str) -> str:
@@ -110,11 +108,11 @@ def pytest_configure(config: pytest.Config) -> None:
         if ARCHIVE_ENV not in os.environ:  # `ABS_TEST_JVM_ARCHIVE=` (empty) turns the archive off
             from tests import jvm_archive
 
-            path = jvm_archive.ensure(CHILD_JVM_OPTIONS)
+            path = jvm_archive.ensure(JVM_OPTIONS)
             os.environ[ARCHIVE_ENV] = jvm_archive.options(path)
             if path is None:
                 os.environ[NO_ARCHIVE_ENV] = "it could not be made: see the start of the run's output"
-        os.environ.setdefault("JAVA_TOOL_OPTIONS", _child_jvm_options())
+        os.environ.setdefault("JAVA_TOOL_OPTIONS", _jvm_options())
     # CI: reproducible examples, no example database left behind, and the blob to replay a failure
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
     settings.register_profile("dev", deadline=None)
@@ -169,10 +167,7 @@ def spark():
     logging.getLogger("py4j").setLevel(logging.WARNING)
     from spark_jobs.session import build_session
 
-    with mock.patch.dict(os.environ):
-        if os.environ.get("JAVA_TOOL_OPTIONS") == _child_jvm_options():
-            os.environ["JAVA_TOOL_OPTIONS"] = f"{SHARED_JVM_OPTIONS} {os.environ[ARCHIVE_ENV]}".strip()
-        session = build_session("absreplay-tests", 2, "local[2]")
+    session = build_session("absreplay-tests", 2, "local[2]")  # its JVM: JAVA_TOOL_OPTIONS, as every other's
     yield session
     session.stop()
 

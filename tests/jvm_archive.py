@@ -80,7 +80,7 @@ def options(path: Path | None) -> str:
 
 
 if __name__ == "__main__":  # `make test` makes it beside Chromium's install, before pytest starts
-    from tests.conftest import CHILD_JVM_OPTIONS
+    from tests.conftest import JVM_OPTIONS
 
-    made = ensure(CHILD_JVM_OPTIONS)
+    made = ensure(JVM_OPTIONS)
     print(f"test JVM class archive: {made or 'none (the tests make it again, or run without it)'}")

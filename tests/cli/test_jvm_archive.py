@@ -1,4 +1,4 @@
-"""The suite's own speed guard: a Spark JVM started as the tests start one (spark-submit, child JVM options
+"""The suite's own speed guard: a Spark JVM started as the tests start one (spark-submit, the JVM options
 from tests/conftest.py) maps the class archive and has the tests' Spark settings (no generated code, no broadcast
 joins).
 
