@@ -5,8 +5,7 @@ loaded each partition's store, and its state RDD names that executor as the
 partition's preferred location, so the next batch's task runs there and finds the
 store loaded. PySpark exposes no preferred locations, so this module makes the
 RDD that does, on the JVM side: ``PinnedRDD`` (Java source below, compiled in the
-driver's JVM by Janino, the compiler Spark itself ships for code generation, and
-handed to the executors as a jar through ``SparkContext.addJar``) wraps the RDD
+driver's JVM and handed to the executors as a jar: ``spark_jobs.jvm_classes``) wraps the RDD
 of a store stage, passes its partitions through unchanged, names each
 partition's preferred location (``executor_<host>_<executor id>``, a Spark
 ``ExecutorCacheTaskLocation``), and records, as each task runs, the executor it
@@ -24,13 +23,11 @@ reloads its store there. Driver side only.
 
 from __future__ import annotations
 
-import hashlib
-import tempfile
 import threading
-import zipfile
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.jvm_classes import compiled
 
 CLASS = "AbsReplayPinnedRDD"
 SOURCE = """
@@ -75,7 +72,7 @@ class Placement:
     def __init__(self, spark: SparkSession, seen: dict[str, dict[int, str]]) -> None:
         self.spark = spark
         sc = spark.sparkContext
-        self._constructor = _pinned_class(spark).getConstructors()[0]
+        self._constructor = compiled(spark, CLASS, SOURCE).getConstructors()[0]
         self._ran = sc._jvm.org.apache.spark.util.CollectionAccumulator()
         sc._jsc.sc().register(self._ran, "absreplay-store-locations")
         self._seen = 0
@@ -119,25 +116,3 @@ class Placement:
                 tag, i, where = record.split("|", 2)
                 self.locations.setdefault(tag, {})[int(i)] = where
         self._seen = total
-
-
-def _pinned_class(spark: SparkSession):
-    """``PinnedRDD``, compiled once per driver JVM, its jar added for the executors."""
-    jvm = spark.sparkContext._jvm
-    cached = getattr(spark.sparkContext, "_absreplay_pinned", None)
-    if cached is not None:
-        return cached
-    compiler = jvm.org.codehaus.janino.SimpleCompiler()
-    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    compiler.cook(SOURCE)
-    code = bytes(compiler.getBytecodes().get(CLASS))
-    jar = Path(tempfile.gettempdir()) / f"absreplay-pinned-{hashlib.sha256(code).hexdigest()[:16]}.jar"
-    if not jar.exists():
-        tmp = jar.with_suffix(f".{id(code)}.tmp")
-        with zipfile.ZipFile(tmp, "w") as z:
-            z.writestr(f"{CLASS}.class", code)
-        tmp.replace(jar)
-    spark.sparkContext._jsc.addJar(str(jar))
-    cls = compiler.getClassLoader().loadClass(CLASS)
-    spark.sparkContext._absreplay_pinned = cls
-    return cls
