@@ -8,6 +8,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from coordinator.sources.event_time import SESSION_TIME_ZONE
+from spark_jobs import local_fs
 from spark_jobs.python_path import daemon_confs
 
 
@@ -21,7 +22,9 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
         builder = builder.master(master)
         for key, value in daemon_confs(master).items():
             builder = builder.config(key, value)
-    return configure(builder, parallelism).getOrCreate()
+    spark = configure(builder, parallelism).getOrCreate()
+    local_fs.install(spark)  # no chmod process per file written (local masters)
+    return spark
 
 
 def configure(builder: SparkSession.Builder, parallelism: int) -> SparkSession.Builder:

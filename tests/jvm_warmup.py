@@ -1,6 +1,7 @@
 """The Spark application whose loaded classes make the tests' JVM class archive (tests/jvm_archive.py):
 what the project's runs do, in small: a session, shuffles and aggregates, a join, Parquet written and
-read, an Arrow UDF (a Python worker), a local checkpoint and a collect."""
+read (through spark_jobs.local_fs's file system, as every run), an Arrow UDF (a Python worker), a local
+checkpoint and a collect."""
 
 import sys
 import tempfile
@@ -10,6 +11,8 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs import local_fs
+
 
 def double(batches):
     for batch in batches:
@@ -18,6 +21,7 @@ def double(batches):
 
 def main() -> None:
     spark = SparkSession.builder.config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    local_fs.install(spark)
     words = spark.range(10_000).select((F.col("id") % 97).alias("k"), F.lit("w").alias("w"))
     counts = words.groupBy("k").agg(F.count("*").alias("n"), F.sum("k").alias("s")).localCheckpoint(eager=True)
     joined = counts.join(words.select("k").distinct(), "k").repartitionById(2, F.col("k").cast("int"))
