@@ -11,7 +11,8 @@ Parquet writes took 16.5-16.9 CPU-s and 11.1-11.2 s with them, 8.8-9.2 CPU-s and
 (``java.nio.file.Files.setPosixFilePermissions``) and is otherwise the file system Spark had: Hadoop's
 ``LocalFileSystem``, or Hive's ``ProxyLocalFileSystem``, which Spark's jars make the default (a rename
 onto an existing file fails), rename and all. A mode beyond the nine permission bits (sticky, setuid)
-still goes to ``chmod``; another file system (a user's ``fs.file.impl``) is left as it is.
+still goes to ``chmod``; another file system (a user's ``fs.file.impl``) is left as it is, and so is
+Hadoop's when the class cannot be compiled or its jar written (a line on stderr says so).
 
 Local masters only: there the driver and its executors are one JVM, and Hadoop's one cached file system
 per scheme and user serves them all, so the tasks find it without loading its class. On a cluster the
@@ -20,6 +21,9 @@ executors keep Hadoop's. Driver side, once per session (``spark_jobs.session.bui
 
 from __future__ import annotations
 
+import sys
+
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from spark_jobs.jvm_classes import compiled
@@ -74,9 +78,14 @@ def install(spark: SparkSession) -> str:
     ours = REPLACES.get(current.getClass().getName())
     if not sc.master.startswith("local") or ours is None:
         return current.getClass().getName()
+    try:
+        loader = compiled(spark, CLASS, SOURCE).getClassLoader()
+    except (OSError, Py4JError) as exc:  # no jar written (a full or read-only temporary folder): Hadoop's stays
+        print(f"absreplay: Hadoop's local file system stays (chmod per file): {exc}".splitlines()[0], file=sys.stderr)
+        return current.getClass().getName()
     # a copy of the session's Hadoop settings that can load the class: the session's own stay as they are
     mine = jvm.org.apache.hadoop.conf.Configuration(conf)
-    mine.setClassLoader(compiled(spark, CLASS, SOURCE).getClassLoader())
+    mine.setClassLoader(loader)
     mine.set("fs.file.impl", ours)
     current.close()  # it leaves Hadoop's cache: the next get makes ours and caches it for the whole JVM
     return jvm.org.apache.hadoop.fs.FileSystem.get(uri, mine).getClass().getName()
