@@ -124,7 +124,9 @@ def test_a_run_whose_lease_connection_dropped_is_fenced_off(tmp_path, pg_url, sp
     pid = advisory_holder(ws.store.engine, ws.job.name)
     assert pid is not None
     with ws.store.engine.connect() as c:
-        assert c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        # with a timeout, PostgreSQL (14+) returns once the backend is gone and its advisory lock with it; without
+        # one it only signals the backend, and run B could still find the lease held on a loaded machine
+        assert c.execute(text("SELECT pg_terminate_backend(:pid, 60000)"), {"pid": pid}).scalar()
     with processing_lease(make_engine(pg_url), ws.job.name):  # run B starts
         run_a.join(120)
     a = result["a"]
