@@ -4,8 +4,8 @@ Without Hadoop's native library (Spark's pip package ships none), Hadoop's local
 permissions of every file and folder it creates by running ``chmod`` in a child process
 (``RawLocalFileSystem.setPermission``): a Parquet write (a snapshot, a sink, a local checkpoint's files)
 starts one for each file, its checksum file and each folder of the write's commit protocol. One test JVM
-started 1,527 of them in 94 s (Java Flight Recorder's ``jdk.ProcessStart``), and 40 small partitioned
-Parquet writes took 16.5-16.9 CPU-s and 11.1-11.2 s with them, 8.8-9.2 CPU-s and 5.9-6.3 s without.
+started 1,527 of them in 94 s (Java Flight Recorder's ``jdk.ProcessStart``); 40 small partitioned Parquet
+writes take a third of the time and CPU without them (``bench/local_fs_bench.py``).
 
 ``install`` makes the JVM's ``file://`` file system one that sets the same permissions through Java
 (``java.nio.file.Files.setPosixFilePermissions``) and is otherwise the file system Spark had: Hadoop's
@@ -89,3 +89,12 @@ def install(spark: SparkSession) -> str:
     mine.set("fs.file.impl", ours)
     current.close()  # it leaves Hadoop's cache: the next get makes ours and caches it for the whole JVM
     return jvm.org.apache.hadoop.fs.FileSystem.get(uri, mine).getClass().getName()
+
+
+def uninstall(spark: SparkSession) -> str:
+    """Give ``file://`` back the file system Spark would use (for A/B benchmarks and tests); its class name."""
+    jvm = spark.sparkContext._jvm
+    uri = jvm.java.net.URI.create("file:///")
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # never holds ours (``install`` sets a copy)
+    jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf).close()
+    return jvm.org.apache.hadoop.fs.FileSystem.get(uri, conf).getClass().getName()

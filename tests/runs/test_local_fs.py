@@ -40,3 +40,20 @@ def test_the_session_writes_with_the_same_modes_and_renames_as_hadoop(spark, tmp
     for mode in (0o600, 0o751, 0o1777):
         fs.setPermission(path(str(tmp_path / "c")), permission(mode))
         assert stat.S_IMODE((tmp_path / "c").stat().st_mode) == mode
+
+
+def test_a_class_that_cannot_be_compiled_leaves_hadoops_file_system(spark, monkeypatch, capsys) -> None:
+    def no_room(*args):
+        raise OSError(28, "No space left on device")
+
+    try:
+        assert local_fs.uninstall(spark) == "org.apache.hadoop.hive.ql.io.ProxyLocalFileSystem"
+        with monkeypatch.context() as m:
+            m.setattr(local_fs, "compiled", no_room)
+            assert local_fs.install(spark) == "org.apache.hadoop.hive.ql.io.ProxyLocalFileSystem"
+        err = capsys.readouterr().err
+        assert "Hadoop's local file system stays (chmod per file): [Errno 28] No space left on device" in err
+        assert file_system(spark).getClass().getName() == "org.apache.hadoop.hive.ql.io.ProxyLocalFileSystem"
+    finally:  # the worker's later tests get the session as build_session made it
+        assert local_fs.install(spark) == f"{local_fs.CLASS}$NoOverwrite"
+    assert file_system(spark).getClass().getName() == f"{local_fs.CLASS}$NoOverwrite"
