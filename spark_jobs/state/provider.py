@@ -6,8 +6,8 @@ aggregates again: the cost of an epoch grows with the state. With the ``local``
 backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
 SQLite store beside the tasks (``spark_jobs.state.store``), and an epoch is
 
-1. the records' contributions, aggregated per (subtask, key) in Spark (partial
-   aggregation before the shuffle), then routed to their store's partition;
+1. the records' contributions, routed to their store's partition (one shuffle),
+   then aggregated per key there, in Spark;
 2. one task per store that folds them into the touched keys' rows in SQLite
    and returns those rows: the epoch's changelog, which is what the operator
    emits, what an incremental snapshot holds and what an upsert sink commits.
@@ -25,7 +25,7 @@ transaction and writes each epoch's delta, so the epochs cost one job, not one
 each. Where the records reach the aggregate row by
 row from a scan of plain lines, that job scans all the epochs' files at once and
 tells a record's epoch by its file (``epoch_source.epoch_of_file``). The rows
-each task returns are only counted and checksummed (``keyed_state.metrics_by``):
+each task returns are only counted and checksummed as they pass (``_metrics``):
 an epoch's changes, for whatever reads them, are its delta files.
 
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
@@ -56,6 +56,7 @@ between hosts.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -77,7 +78,7 @@ from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.state import tasks as store_tasks
-from spark_jobs.state.keyed_state import SUBTASK, metrics_by, snapshot_metrics, with_subtask
+from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, snapshot_metrics, with_subtask
 from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
 from spark_jobs.records.spark_types import spark_schema, spark_type
 from spark_jobs.state.placement import Placement
@@ -263,13 +264,21 @@ def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
     return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
 
 
-def _per_key(rows: DataFrame, node: object, layout: Layout, ids: list[int]) -> tuple[DataFrame, list[str]]:
+def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int],
+             subtasks: frozenset[int] | None) -> tuple[DataFrame, list[str]]:
     """Each key's contributions of every epoch of ``ids`` merged in one row per key, not one per key and epoch:
-    a catch-up's keys recur from epoch to epoch, so the aggregation holds, and the routing shuffle carries, one
+    a catch-up's keys recur from epoch to epoch, so the aggregation holds, and the store's task takes in, one
     row per distinct key of the group rather than up to one per epoch. Column ``<state column>@<j>`` merges
     epoch ``ids[j]``'s contributions, and bit j + 1 of ``PRESENT`` says whether it had any; bit 0, whether the
     key had records of no epoch of ``ids`` (``store_tasks.per_epoch`` hands those to the store's apply, which
     fails). The merged state columns.
+
+    The records are routed to their store's partition first (``_by_store``, the one shuffle), then merged per key
+    where they landed: the subtask is one of the aggregation's keys, so the routing satisfies its distribution and
+    Spark adds no shuffle of its own. Two stages per aggregate instead of four (a partial aggregation, its
+    shuffle, then the routing's): the merge after the shuffle carries every record through it rather than one
+    per key, which costs less than a stage's fixed price at an epoch's sizes. ``subtasks``: only these take
+    records (a partial recovery).
 
     The merges are SQL text, parsed once each: built from Column objects they cost hundreds of py4j calls
     per catch-up, 0.1 s of planning."""
@@ -277,12 +286,15 @@ def _per_key(rows: DataFrame, node: object, layout: Layout, ids: list[int]) -> t
     contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
     contributions += [value.alias(column) for name, agg in node.aggregates.items()
                       for column, value, _ in ko._parts(name, agg)]
-    parts = list(layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
+    parts = list(state.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
     merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
         f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {_q(column)} END) AS {_q(f'{column}@{j}')}"
         for j in range(len(ids)) for column, merge in parts]
-    wide = rows.select(*contributions, slot.alias(SLOT)).groupBy(*node.key_names).agg(
-        *[F.expr(m) for m in merges])
+    routed = with_subtask(rows.select(*contributions, slot.alias(SLOT)), list(node.key_names), state.parallelism,
+                          state.max_parallelism)
+    if subtasks is not None:
+        routed = routed.where(F.col(SUBTASK).isin(sorted(subtasks)))
+    wide = _by_store(routed, state.parallelism).groupBy(SUBTASK, *node.key_names).agg(*[F.expr(m) for m in merges])
     return wide, [column for column, _ in parts]
 
 
@@ -297,15 +309,9 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     its stores, in order, in one Spark job: one epoch, or several at once (a catch-up, ``Dataflow.epochs``);
     its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
     epoch already)."""
-    keys, p = list(node.key_names), state.parallelism
-    # aggregated per key first (partial aggregation before its shuffle: the records shrink to their distinct
-    # keys), then routed to their store's partition (a second, small shuffle). Routing the records first would
-    # shuffle every record, with no partial aggregation before it.
-    wide, merged = _per_key(rows, node, state.layout, ids)
-    per_key = with_subtask(wide, keys, p, state.max_parallelism)
-    if subtasks is not None:
-        per_key = per_key.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    batch = state.pinned(_by_store(per_key, p))
+    p = state.parallelism
+    wide, merged = _per_key(rows, node, state, ids, subtasks)  # partition i: store i's keys
+    batch = state.pinned(wide)
     prevs = [state.version, *ids[:-1]]
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
@@ -325,9 +331,9 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
                         loads=loads if k == 0 else {}, changes_of=cache(lambda c=checkpoint_id: (
                             out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
                 for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True))]
-    # the apply runs inside the aggregation that counts and checksums its rows, and nothing keeps them: an
-    # epoch's changes are the delta files it wrote
-    found = integrity_checked(lambda: metrics_by(applied, state.columns, ["updated", SUBTASK]))
+    # the apply runs inside the pass that counts and checksums its rows, and nothing keeps them: an epoch's
+    # changes are the delta files it wrote
+    found = integrity_checked(lambda: _metrics(applied, state, ids))
     loads = state.applied_loads()
     states, last = [], state
     for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
@@ -341,6 +347,25 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
                        reload=False, loads=loads if k == 0 else {})
         states.append(last)
     return states
+
+
+def _metrics(applied: DataFrame, state: StoreState, ids: list[int]) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """Rows and checksum of each (epoch, subtask) of an apply's rows, in the pass that runs the apply. One epoch:
+    observed as they pass (``group_metrics``, two aggregates per subtask), which adds no stage; a catch-up's
+    several: one aggregation (``metrics_by``), where observing would evaluate a pair of conditional aggregates
+    per epoch and subtask on every row."""
+    if len(ids) > 1:
+        return metrics_by(applied, state.columns, ["updated", SUBTASK])
+    observation = Observation(f"apply-{state.operator}-{ids[0]}-{next(_observed)}")
+    applied.observe(observation, *group_metrics(state.columns, SUBTASK, state.parallelism)).write.format(
+        "noop").mode("overwrite").save()
+    found = observation.get
+    return {(ids[0], i): (found[f"rows_{i}"], found[f"xor_{i}"]) for i in range(state.parallelism)
+            if found.get(f"rows_{i}")}
+
+
+#: a number for each observed apply, its observation's name unique in the session (an epoch may run again)
+_observed = itertools.count()
 
 
 def integrity_checked(action: Callable[[], T]) -> T:
