@@ -39,7 +39,7 @@ from spark_jobs.operators import interval_join, session_windows, ttl
 from spark_jobs.records.epoch_source import keeps_input_file
 from spark_jobs.records.record_parsing import record_schema
 from spark_jobs.records.spark_types import spark_schema
-from spark_jobs.state import provider as store_backend
+from spark_jobs.state import apply as store_apply
 from spark_jobs.state.provider import StoreState
 
 
@@ -118,13 +118,14 @@ class Dataflow:
         return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
 
     def epochs(self, spark: SparkSession, states: dict[str, StoreState], records: list[tuple[int, dict]],
-               watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None
-               ) -> list[EpochOutput]:
+               watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None,
+               volume: int | None = None) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
-        of them in one Spark job (``state.provider.aggregate``: its cost is one job's, not one per epoch),
+        of them in one Spark job (``state.apply.aggregate``: its cost is one job's, not one per epoch),
         then each epoch's outputs are what ``epoch`` gives. ``together``: the same records read in one
         scan, the column giving each its epoch and the files scanned (``epoch_source.epoch_of_file``), used
-        where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``)."""
+        where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``);
+        ``volume``: their source records (``state.apply.aggregate`` plans by it)."""
         ids = [c for c, _ in records]
         applied = {}
         for st in self.job.states:
@@ -133,11 +134,11 @@ class Dataflow:
             if together is not None:
                 stream = self.stream_of(spark, node.inputs[0], together[0])
                 if keeps_input_file(stream, together[2]):
-                    tagged = stream.withColumn(store_backend.EPOCH, together[1])
+                    tagged = stream.withColumn(store_apply.EPOCH, together[1])
             if tagged is None:
                 tagged = reduce(DataFrame.unionByName, [
-                    store_backend.tagged(self.stream_of(spark, node.inputs[0], r), c) for c, r in records])
-            applied[st.operator] = store_backend.aggregate(spark, states[st.operator], ids, tagged, node)
+                    store_apply.tagged(self.stream_of(spark, node.inputs[0], r), c) for c, r in records])
+            applied[st.operator] = store_apply.aggregate(spark, states[st.operator], ids, tagged, node, None, volume)
         return [self.epoch(spark, states, r, None, watermarks, c, None, applied={op: a[k] for op, a in applied.items()})
                 for k, (c, r) in enumerate(records)]
 
@@ -145,11 +146,11 @@ class Dataflow:
     def epoch(self, spark: SparkSession, states: dict[str, DataFrame | None], records: dict[str, DataFrame],
               back_edge: DataFrame | None, watermarks: dict[str, int | None], checkpoint_id: int,
               max_rounds: int | None, dry: bool = False, subtasks: frozenset[int] | None = None,
-              applied: dict[str, StoreState] | None = None) -> EpochOutput:
+              applied: dict[str, StoreState] | None = None, volume: int | None = None) -> EpochOutput:
         """``states``: DataFrames, or ``StoreState`` for keyed aggregates on local stores (a run's, never
         verify's); ``subtasks``: a partial recovery's subtasks behind the epoch (the store operators take
         only their records; the runner merges DataFrame states itself); ``applied``: the stores' states
-        after this epoch, applied already (``epochs``)."""
+        after this epoch, applied already (``epochs``); ``volume``: its source records (``epochs``)."""
         # a stream is planned when something reads it: a catch-up's aggregates have read their records already
         streams: dict[str, Callable[[], DataFrame]] = {}
         out = EpochOutput(states={})
@@ -170,9 +171,9 @@ class Dataflow:
                 if state is None:  # a dry run: no state yet, only schemas
                     state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
                 if isinstance(state, StoreState):
-                    new_state = applied[node.name] if applied else store_backend.aggregate(
-                        spark, state, [checkpoint_id], store_backend.tagged(ins[0](), checkpoint_id), node,
-                        subtasks)[0]
+                    new_state = applied[node.name] if applied else store_apply.aggregate(
+                        spark, state, [checkpoint_id], store_apply.tagged(ins[0](), checkpoint_id), node,
+                        subtasks, volume)[0]
                     streams[node.name] = cache(lambda applied=new_state: applied.changes)
                 else:
                     new_state, emitted = self._keyed(spark, node, spec, state, [i() for i in ins], back_edge,

@@ -368,7 +368,8 @@ class EpochRunner:
         t0 = time.perf_counter()
         # an epoch's own reads are planned only if something asks for them (``Dataflow.epoch``)
         records = [(plan.checkpoint_id, _Later(lambda plan=plan: self.read_records(plan))) for plan in group]
-        outs = self.flow.epochs(self.spark, states, records, watermarks, self.read_together(group))
+        outs = self.flow.epochs(self.spark, states, records, watermarks, self.read_together(group),
+                                sum(plan.records for plan in group))
         share = (time.perf_counter() - t0) / len(group)
         for k, (plan, out) in enumerate(zip(group, outs, strict=True), before + 1):
             t1 = time.perf_counter()
@@ -397,7 +398,8 @@ class EpochRunner:
         # tombstones a durable snapshot holds leave the state; a weak job's operators each have their own base
         self.flow.durable = None if self.mode is SnapshotMode.WEAK else writer.base
         out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
-                              self.job.loop_rounds, subtasks=None if len(behind) == p else behind)
+                              self.job.loop_rounds, subtasks=None if len(behind) == p else behind,
+                              volume=plan.records)
         back_edge = out.back_edge
         watermarks.update(out.watermarks)
         for spec in self.job.states:

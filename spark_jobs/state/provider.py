@@ -7,7 +7,7 @@ backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
 SQLite store beside the tasks (``spark_jobs.state.store``), and an epoch is
 
 1. the records' contributions, routed to their store's partition (one shuffle),
-   then aggregated per key there, in Spark;
+   then aggregated per key there, in Spark (``state.apply``);
 2. one task per store that folds them into the touched keys' rows in SQLite
    and returns those rows: the epoch's changelog, which is what the operator
    emits, what an incremental snapshot holds and what an upsert sink commits.
@@ -18,14 +18,14 @@ SQLite store beside the tasks (``spark_jobs.state.store``), and an epoch is
 
 A catch-up runs its pending epochs together (``Dataflow.epochs``): one Spark job
 aggregates the records per key, each epoch's contributions merged in a column of
-their own (``_per_key``: a catch-up's keys recur from epoch to epoch, so the
+their own (``apply._per_key``: a catch-up's keys recur from epoch to epoch, so the
 aggregation holds one row per key, not one per key and epoch), and each store's
 task unpivots its keys' rows per epoch, folds them in epoch order in one
 transaction and writes each epoch's delta, so the epochs cost one job, not one
 each. Where the records reach the aggregate row by
 row from a scan of plain lines, that job scans all the epochs' files at once and
 tells a record's epoch by its file (``epoch_source.epoch_of_file``). The rows
-each task returns are only counted and checksummed as they pass (``_metrics``):
+each task returns are only counted and checksummed as they pass (``apply._metrics``):
 an epoch's changes, for whatever reads them, are its delta files.
 
 A full snapshot reads the stores as of the checkpoint (multi-version, so the
@@ -56,18 +56,15 @@ between hosts.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import cache, partial
 from pathlib import Path
 from typing import TypeVar
 
 from pyspark import Accumulator
 from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import IntegerType, StructField, StructType
 
@@ -78,9 +75,9 @@ from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.state import tasks as store_tasks
-from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, snapshot_metrics, with_subtask
+from spark_jobs.state.keyed_state import SUBTASK, snapshot_metrics, with_subtask
 from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
-from spark_jobs.records.spark_types import spark_schema, spark_type
+from spark_jobs.records.spark_types import spark_schema
 from spark_jobs.state.placement import Placement
 from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
 
@@ -89,10 +86,6 @@ T = TypeVar("T")
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
-#: the column that tells ``aggregate`` a record's epoch (``tagged``)
-EPOCH = "_abs_epoch"
-#: ``_per_key``'s columns: a record's epoch as its position in the group (0: none of it), the epochs a key had
-SLOT, PRESENT = "_abs_slot", "_abs_present"
 
 
 def store_root(job: str, incarnation: str | None = None) -> Path:
@@ -245,127 +238,11 @@ def own_snapshot(spark: SparkSession, state: StoreState, full: bool, base: int |
     return None
 
 
-def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
-    """An epoch's changes as its apply wrote them: the delta files of ``subtasks`` (those with rows)."""
-    if not subtasks:
-        return spark.createDataFrame([], state.schema)
-    return spark.read.schema(state.schema).parquet(*[f"{delta}/{SUBTASK}={i}" for i in subtasks])
-
-
-def _by_store(rows: DataFrame, parallelism: int) -> DataFrame:
+def by_store(rows: DataFrame, parallelism: int) -> DataFrame:
     """``rows`` (with a subtask column) partitioned so that Spark partition i holds subtask i's rows alone:
     one task per store, run for every store (rows or not), and an aggregation grouping by the subtask
     column after it adds no shuffle."""
     return rows.repartitionById(parallelism, SUBTASK)
-
-
-def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
-    """The records of one epoch, tagged with it for ``aggregate``."""
-    return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
-
-
-def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int],
-             subtasks: frozenset[int] | None) -> tuple[DataFrame, list[str]]:
-    """Each key's contributions of every epoch of ``ids`` merged in one row per key, not one per key and epoch:
-    a catch-up's keys recur from epoch to epoch, so the aggregation holds, and the store's task takes in, one
-    row per distinct key of the group rather than up to one per epoch. Column ``<state column>@<j>`` merges
-    epoch ``ids[j]``'s contributions, and bit j + 1 of ``PRESENT`` says whether it had any; bit 0, whether the
-    key had records of no epoch of ``ids`` (``store_tasks.per_epoch`` hands those to the store's apply, which
-    fails). The merged state columns.
-
-    The records are routed to their store's partition first (``_by_store``, the one shuffle), then merged per key
-    where they landed: the subtask is one of the aggregation's keys, so the routing satisfies its distribution and
-    Spark adds no shuffle of its own. Two stages per aggregate instead of four (a partial aggregation, its
-    shuffle, then the routing's): the merge after the shuffle carries every record through it rather than one
-    per key, which costs less than a stage's fixed price at an epoch's sizes. ``subtasks``: only these take
-    records (a partial recovery).
-
-    The merges are SQL text, parsed once each: built from Column objects they cost hundreds of py4j calls
-    per catch-up, 0.1 s of planning."""
-    slot = F.expr(f"CAST(coalesce(array_position(array({', '.join(f'{c}L' for c in ids)}), {EPOCH}), 0) AS INT)")
-    contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
-    contributions += [value.alias(column) for name, agg in node.aggregates.items()
-                      for column, value, _ in ko._parts(name, agg)]
-    parts = list(state.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
-    merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
-        f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {_q(column)} END) AS {_q(f'{column}@{j}')}"
-        for j in range(len(ids)) for column, merge in parts]
-    routed = with_subtask(rows.select(*contributions, slot.alias(SLOT)), list(node.key_names), state.parallelism,
-                          state.max_parallelism)
-    if subtasks is not None:
-        routed = routed.where(F.col(SUBTASK).isin(sorted(subtasks)))
-    wide = _by_store(routed, state.parallelism).groupBy(SUBTASK, *node.key_names).agg(*[F.expr(m) for m in merges])
-    return wide, [column for column, _ in parts]
-
-
-def _q(name: str) -> str:
-    """A column name quoted for SQL text."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
-              subtasks: frozenset[int] | None = None) -> list[StoreState]:
-    """The records of epochs ``ids`` (each tagged with its epoch in column ``EPOCH``) of a keyed aggregate on
-    its stores, in order, in one Spark job: one epoch, or several at once (a catch-up, ``Dataflow.epochs``);
-    its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
-    epoch already)."""
-    p = state.parallelism
-    wide, merged = _per_key(rows, node, state, ids, subtasks)  # partition i: store i's keys
-    batch = state.pinned(wide)
-    prevs = [state.version, *ids[:-1]]
-    # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
-    # the snapshot writer, which keeps the files of the subtasks past the epoch)
-    deltas = None if state.snapshots is None or subtasks is not None else \
-        [state.checkpoint_dir(checkpoint_id) for checkpoint_id in ids]
-    for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
-        shutil.rmtree(delta, ignore_errors=True)
-
-    # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``): in
-    # Spark, that was 10 times the rows through Arrow to the Python worker (0.4 s of a catch-up's 0.6 s apply)
-    apply = store_tasks.apply_task(state.at, state.operator, state.events, SUBTASK, ids, deltas, merged, PRESENT)
-    applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-    if deltas is None:  # the snapshot writer writes the deltas from these rows
-        out = integrity_checked(lambda: applied.localCheckpoint(eager=True))
-        loads = state.applied_loads()
-        return [replace(state, version=checkpoint_id, prev=prev, written=None, files=None, reload=False,
-                        loads=loads if k == 0 else {}, changes_of=cache(lambda c=checkpoint_id: (
-                            out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
-                for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True))]
-    # the apply runs inside the pass that counts and checksums its rows, and nothing keeps them: an epoch's
-    # changes are the delta files it wrote
-    found = integrity_checked(lambda: _metrics(applied, state, ids))
-    loads = state.applied_loads()
-    states, last = [], state
-    for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
-        mine = {}
-        for i in range(p):
-            mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
-        changes = cache(partial(_delta_rows, spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]]))
-        written = {"uri": "file://" + deltas[k], "metrics": mine}
-        files = last.after(checkpoint_id, deltas[k], {i: mine[f"rows_{i}"] for i in range(p)})
-        last = replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written, files=files,
-                       reload=False, loads=loads if k == 0 else {})
-        states.append(last)
-    return states
-
-
-def _metrics(applied: DataFrame, state: StoreState, ids: list[int]) -> dict[tuple[int, int], tuple[int, int | None]]:
-    """Rows and checksum of each (epoch, subtask) of an apply's rows, in the pass that runs the apply. One epoch:
-    observed as they pass (``group_metrics``, two aggregates per subtask), which adds no stage; a catch-up's
-    several: one aggregation (``metrics_by``), where observing would evaluate a pair of conditional aggregates
-    per epoch and subtask on every row."""
-    if len(ids) > 1:
-        return metrics_by(applied, state.columns, ["updated", SUBTASK])
-    observation = Observation(f"apply-{state.operator}-{ids[0]}-{next(_observed)}")
-    applied.observe(observation, *group_metrics(state.columns, SUBTASK, state.parallelism)).write.format(
-        "noop").mode("overwrite").save()
-    found = observation.get
-    return {(ids[0], i): (found[f"rows_{i}"], found[f"xor_{i}"]) for i in range(state.parallelism)
-            if found.get(f"rows_{i}")}
-
-
-#: a number for each observed apply, its observation's name unique in the session (an epoch may run again)
-_observed = itertools.count()
 
 
 def integrity_checked(action: Callable[[], T]) -> T:
@@ -447,7 +324,7 @@ class StoreBackend:
         state_files.delete_dir(folder)
         data = with_subtask(rows.select(*state.columns), keys, p, state.max_parallelism)
         split = store_tasks.split_task(state.layout, SUBTASK, folder)
-        written = dict(_by_store(data, p).sortWithinPartitions(*keys).mapInArrow(
+        written = dict(by_store(data, p).sortWithinPartitions(*keys).mapInArrow(
             split, f"{SUBTASK} int, rows long").collect())
         if sorted(written) != list(range(p)):
             raise StoreVersionError(f"splitting the state of {state.operator} for parallelism {p}: subtasks "

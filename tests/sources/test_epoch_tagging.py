@@ -121,14 +121,15 @@ def test_a_catch_up_tags_by_file_where_it_can_and_scans_each_epoch_where_not(tmp
 
 
 def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_path, spark) -> None:
-    """``store_backend.aggregate`` merges each key's epochs in one row: a record tagged with no epoch of the
+    """``state.apply.aggregate`` merges each key's epochs in one row: a record tagged with no epoch of the
     group (a file ``epoch_of_file`` did not list) still reaches the store's apply, which refuses it."""
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
     from absreplay_examples.definitions import wordcount
     from spark_jobs.operators.dataflow import dataflow_of
-    from spark_jobs.state.provider import EPOCH, StoreBackend, aggregate
+    from spark_jobs.state.apply import EPOCH, aggregate
+    from spark_jobs.state.provider import StoreBackend
 
     job = wordcount()
     node = dataflow_of(job).nodes["count"]

@@ -184,7 +184,7 @@ def test_a_store_task_refuses_rows_of_another_subtask() -> None:
 
 
 def test_a_store_task_unpivots_each_keys_merged_row_into_the_epochs_that_touched_it(store) -> None:
-    """Spark merges each key's contributions of a catch-up's epochs in one row (``store_backend._per_key``):
+    """Spark merges each key's contributions of a catch-up's epochs in one row (``state.apply._per_key``):
     ``<column>@<j>`` for epoch j, bit j + 1 of the mask when it had any, bit 0 for records of no epoch of the
     group. The store's task turns them into one row per key and epoch (``store_tasks.per_epoch``), which fold
     as the epochs applied one by one do."""
