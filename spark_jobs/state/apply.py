@@ -42,6 +42,7 @@ def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: li
         return spark.createDataFrame([], state.schema)
     return spark.read.schema(state.schema).parquet(*[f"{delta}/{SUBTASK}={i}" for i in subtasks])
 
+
 def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
     """The records of one epoch, tagged with it for ``aggregate``."""
     return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
@@ -56,12 +57,12 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
     key had records of no epoch of ``ids`` (``store_tasks.per_epoch`` hands those to the store's apply, which
     fails). The merged state columns.
 
-    Up to ``ROUTE_FIRST_UP_TO`` source records (``records``; None: few), the records are routed to their store's
-    partition first (``provider.by_store``, the one shuffle), then merged per key where they landed: the subtask is one of
-    the aggregation's keys, so the routing satisfies its distribution and Spark adds no shuffle of its own. Two
-    stages per aggregate instead of four (a partial aggregation, its shuffle, then the routing's). Above it they
-    are merged per key first and the rows routed after, which shuffles one row per key instead of every record.
-    ``subtasks``: only these take records (a partial recovery).
+    Up to ``ROUTE_FIRST_UP_TO`` source records (``records``; None: few), the records are routed to their
+    store's partition first (``provider.by_store``, the one shuffle), then merged per key where they landed:
+    the subtask is one of the aggregation's keys, so the routing satisfies its distribution and Spark adds no
+    shuffle of its own. Two stages per aggregate instead of four (a partial aggregation, its shuffle, then
+    the routing's). Above it they are merged per key first and the rows routed after, which shuffles one row
+    per key instead of every record. ``subtasks``: only these take records (a partial recovery).
 
     The merges are SQL text, parsed once each: built from Column objects they cost hundreds of py4j calls
     per catch-up, 0.1 s of planning."""
