@@ -32,6 +32,12 @@ from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
 
+# typer (0.29) sets PYDANTIC_DISABLE_PLUGINS while it builds a parameter's converter, and deletes it afterwards when it
+# was unset: two commands parsing their arguments at once in this process (``cli`` from several threads, as
+# tests/catalog/test_serialization.py does) both deleted it and the second raised KeyError. Set, it is only set again
+# and put back. Only the tests run commands in threads of one process.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "1")
+
 #: the test jobs found through ABS_JOBS_DIR (``tests/jobs/``)
 JOBS_DIR = Path(__file__).parent / "jobs"
 
