@@ -29,8 +29,8 @@ from spark_jobs.state.provider import StoreState, by_store, integrity_checked
 #: the column that tells ``aggregate`` a record's epoch (``tagged``)
 EPOCH = "_abs_epoch"
 #: ``_per_key`` routes up to this many source records before merging them per key, more after: measured in one
-#: local[2] session, single epochs of 1e4-1e5 records and a catch-up of 5 x 1e5 used 8-10% less CPU routed first,
-#: a wordcount catch-up of 10 x 1e5 lines (5e6 words, 5e4 keys) 6% more
+#: local[2] session, single epochs of 1e4-1e5 records and a catch-up of 5e5 used 8-10% less CPU routed first, a
+#: catch-up of 1e6 source records (5e6 records into the aggregate, over 5e4 keys) 6% more (docs/benchmarks.md)
 ROUTE_FIRST_UP_TO = 500_000
 #: ``_per_key``'s columns: a record's epoch as its position in the group (0: none of it), the epochs a key had
 SLOT, PRESENT = "_abs_slot", "_abs_present"
