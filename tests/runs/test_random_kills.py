@@ -1,6 +1,6 @@
 """Cycles with the processing application SIGKILLed at random moments, a recovery after
 each: nothing lost, nothing counted twice (shown in the run's summary, and asserted).
-Ten cycles in `make test`; `make soak` runs thirty (ABS_KILL_CYCLES).
+Eight cycles in `make test`; `make soak` runs thirty (ABS_KILL_CYCLES).
 
 Each cycle lands a batch and injects a barrier, then starts the application as a user
 would after an alert: `absreplay recover wordcount` (restore the latest completed
@@ -37,7 +37,7 @@ from coordinator.checkpoints.manifests import StagedOutputError
 from tests.helpers import lost_and_duplicated, make_workspace, run_ok, start
 
 pytestmark = [pytest.mark.spark, pytest.mark.heavy(seconds=150)]
-CYCLES = int(os.environ.get("ABS_KILL_CYCLES", "10"))
+CYCLES = int(os.environ.get("ABS_KILL_CYCLES", "8"))
 
 
 def run_and_maybe_kill(ws, args: list[str], delay: float) -> float | None:
