@@ -124,21 +124,3 @@ def test_random_sigkills_and_fault_points_lose_and_duplicate_no_window(views, su
             f"(lost, duplicated) per sink {found}")
     assert found == {"to_postgres": (0, 0), "to_delta": (0, 0)}
     assert windows(ws) > 10
-
-
-@pytest.mark.sink_unchecked("page_views is checked here by verify and by its two sinks agreeing; the plain-Python "
-                             "window check is views_by_country's (tests/views_data.py)")
-def test_the_page_views_example_is_exact_in_both_sinks(tmp_path, sqlite_url, monkeypatch, spark) -> None:
-    """The installed example (entry point): `verify` is exact, and its two sinks hold the same windows."""
-    from absreplay_examples.page_views_data import land
-
-    monkeypatch.setenv("PAGE_VIEWS_DELTA", str(tmp_path / "delta"))
-    ws = make_workspace(tmp_path, sqlite_url, get_job("page_views"))
-    for batch in range(3):
-        land(ws.input_dir, batch)
-        cli_ok(ws, "run", "page_views", spark=spark)
-    assert "verified" in cli_ok(ws, "verify", "page_views", spark=spark)
-    sinks = {s.name: s.target(sqlite_url).read() for s in ws.job.sinks if not s.name.endswith("_late")}
-    rows = {name: sorted(t.select(["country", "page", "window_start", "views"]).to_pylist(),
-                         key=lambda r: tuple(r.values())) for name, t in sinks.items()}
-    assert rows["to_postgres"] == rows["to_delta"] and len(rows["to_delta"]) > 5
