@@ -16,6 +16,7 @@ from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from sqlalchemy import text
 
 from absreplay.airflow.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
@@ -31,6 +32,7 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
+from coordinator.faults import ProcessCrash
 
 # typer (0.29) sets PYDANTIC_DISABLE_PLUGINS while it builds a parameter's converter, and deletes it afterwards when it
 # was unset: two commands parsing their arguments at once in this process (``cli`` from several threads, as
@@ -234,28 +236,24 @@ def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str
     return r.out
 
 
-def two_kills(ws, job: str, land) -> None:
-    """Five batches of ``land(input_dir, batch)``, and two SIGKILLs of ``absreplay recover``: one at the fault
-    point of epoch 2's computation (epoch 1 done, its snapshot complete or not), one from outside once epoch
-    3 is done (in epoch 4, or a snapshot). The caller recovers after them and checks."""
+def crash_then_kill(ws, job: str, land, spark) -> None:
+    """Five batches of ``land(input_dir, batch)``, a crash and a SIGKILL of ``absreplay recover``: the crash at
+    the fault point of epoch 2's computation, on the test's session (epoch 1 done, its snapshot complete or
+    not: what a SIGKILL there leaves, ``coordinator.faults.ProcessCrash``, without a Spark application of its
+    own), then a real SIGKILL of the command's process group from outside once epoch 3 is done (in epoch 4,
+    or a snapshot). The caller recovers after them and checks."""
     for batch in range(3):
         land(ws.input_dir, batch)
         ws.coordinator.inject()
-    proc = start(ws, "recover", job, faults="epoch.compute@2=kill")
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == -9 and "] epoch 1:" in out and "] epoch 2:" not in out, out
+    with pytest.raises(ProcessCrash, match="simulated crash at epoch.compute"):
+        cli(ws, "recover", job, spark=spark, env={"ABS_FAULTS": "epoch.compute@2=crash"})
+    latest = ws.store.latest_completed(job)
+    assert latest is None or latest.checkpoint_id == 1, latest
     for batch in range(3, 5):
         land(ws.input_dir, batch)
         ws.coordinator.inject()
     out = kill_when(start(ws, "recover", job), "] epoch 3:")
     assert "] epoch 5:" not in out
-
-
-def run_ok(ws, *args: str) -> str:
-    proc = start(ws, *args)
-    out, _ = proc.communicate(timeout=600)
-    assert proc.returncode == 0, out
-    return out
 
 
 def lost_and_duplicated(expected: dict[str, int], got: dict[str, int]) -> tuple[int, int]:

@@ -1,7 +1,8 @@
 """The interval join of two streams (``KeyedStream.interval_join``, spark_jobs/operators/interval_join.py):
 what matches, once; the watermark of both inputs; the state it drops; left-outer rows with nulls once the
 watermark passes; late records as dead letters. The job tests/jobs/clicks_to_buys.py exactly once under
-SIGKILLs and recoveries, against tests/joins_data.py's plain-Python reference, then `verify`, `state`
+a crash at a fault point and a
+SIGKILL with recoveries, against tests/joins_data.py's plain-Python reference, then `verify`, `state`
 and `diff`."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from spark_jobs.operators import interval_join
 from spark_jobs.operators.dataflow import Dataflow
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS
 from tests import joins_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
 from tests.runs.test_dry_run import jobs_started
 
 JOBS = str(JOBS_DIR)
@@ -178,18 +179,18 @@ def test_rows_of_one_record_made_twice_upstream_keep_apart_in_the_state(spark) -
 
 @pytest.mark.heavy(seconds=95)
 @pytest.mark.timeout(600)
-def test_interval_join_is_exact_under_sigkills_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
+def test_interval_join_is_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
                                                            summary) -> None:
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     ws = make_workspace(tmp_path, sqlite_url, get_job(joins_data.JOB), jobs_dir=JOBS)
-    two_kills(ws, joins_data.JOB, joins_data.land)
+    crash_then_kill(ws, joins_data.JOB, joins_data.land, spark)
     # the recovery after it, as typed, its Spark application on the test's session (no third JVM to start)
     assert "restoring from checkpoint" in cli_ok(ws, "recover", joins_data.JOB, spark=spark)
 
     assert ws.store.latest_completed(joins_data.JOB).checkpoint_id == 5
     found = joins_data.check(ws)
     ref = joins_data.reference(ws.input_dir, [ws.store.cut(joins_data.JOB, n) for n in range(1, 6)])
-    summary(f"clicks_to_buys: 2 SIGKILLs, {len(ref.joined)} rows ({ref.unmatched} with nulls, {ref.across} pairs "
+    summary(f"clicks_to_buys: a crash and a SIGKILL, {len(ref.joined)} rows ({ref.unmatched} with nulls, {ref.across} pairs "
             f"across epochs), {len(ref.late)} late: (lost, duplicated) {found}")
     assert found == {"to_sql": (0, 0), f"{joins_data.JOIN}_late": (0, 0)}
     # the data has what the test is about: pairs whose rows came in different epochs, lonely clicks, late

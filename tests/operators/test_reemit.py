@@ -2,7 +2,7 @@
 sinks upsert by the click's id and hold every click with its user's current tier. The job
 tests/jobs/tiered_clicks.py against tests/reemit_data.py's plain-Python reference after every checkpoint,
 in a SQL table and a Parquet directory; `verify`; a rewind that puts each row back as of its checkpoint;
-and SIGKILLs with recoveries."""
+and a crash and a SIGKILL with recoveries."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import absreplay.api as abs
 from absreplay.job_discovery import get_job
 from coordinator.faults import ProcessCrash
 from tests import reemit_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
 
 JOBS = str(JOBS_DIR)
 JOB = reemit_data.JOB
@@ -95,15 +95,15 @@ def test_rows_follow_their_users_tier_verify_and_a_rewind_puts_each_row_back(tie
 
 @pytest.mark.heavy(seconds=80)
 @pytest.mark.timeout(600)
-def test_reemitted_rows_are_exact_under_sigkills_and_recovery(tiered, spark, summary) -> None:
+def test_reemitted_rows_are_exact_under_a_crash_a_sigkill_and_recovery(tiered, spark, summary) -> None:
     ws = tiered
-    two_kills(ws, JOB, reemit_data.land)
+    crash_then_kill(ws, JOB, reemit_data.land, spark)
     cli_ok(ws, "recover", JOB, spark=spark)  # the recovery on the test's session: no third JVM
     latest = ws.store.latest_completed(JOB).checkpoint_id
     assert latest == 5
     expected = expected_at(ws, latest)
     found = sinks(ws)
-    summary(f"tiered_clicks: 2 SIGKILLs, {len(expected)} clicks with their latest tier: sinks equal the "
+    summary(f"tiered_clicks: a crash and a SIGKILL, {len(expected)} clicks with their latest tier: sinks equal the "
             f"reference: {[name for name, rows in found.items() if rows == expected]}")
     assert found == {"to_sql": expected, "to_parquet": expected}
     assert "checkpoint 5 verified" in cli_ok(ws, "verify", JOB, spark=spark)

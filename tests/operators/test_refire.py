@@ -2,7 +2,7 @@
 as soon as the watermark passes its end, and its row is replaced when clicks within the allowed lateness
 change it. The job tests/jobs/refired_clicks.py against tests/refire_data.py's plain-Python reference after
 every checkpoint, in a SQL table and a Parquet directory; `verify`; a rewind that puts each window's row back
-as of its checkpoint; and SIGKILLs with recoveries."""
+as of its checkpoint; and a crash and a SIGKILL with recoveries."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from absreplay.job_graph import WINDOW_EMITTED
 from coordinator.catalog.models import DeadLetter
 from coordinator.faults import ProcessCrash
 from tests import refire_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
 from tests.sink_check import epoch_cuts
 
 JOBS = str(JOBS_DIR)
@@ -102,15 +102,15 @@ def test_windows_refire_in_their_sinks_verify_and_a_rewind_puts_each_row_back(cl
 
 @pytest.mark.heavy(seconds=70)
 @pytest.mark.timeout(600)
-def test_refired_windows_are_exact_under_sigkills_and_recovery(clicks, spark, summary) -> None:
+def test_refired_windows_are_exact_under_a_crash_a_sigkill_and_recovery(clicks, spark, summary) -> None:
     ws = clicks
-    two_kills(ws, refire_data.JOB, refire_data.land)
+    crash_then_kill(ws, refire_data.JOB, refire_data.land, spark)
     cli_ok(ws, "recover", refire_data.JOB, spark=spark)  # the recovery on the test's session: no third JVM
     latest = ws.store.latest_completed(refire_data.JOB).checkpoint_id
     assert latest == 5
     expected, late = expected_at(ws, latest)
     found = sinks(ws)
-    summary(f"refired_clicks: 2 SIGKILLs, {len(expected)} windows, {len(late)} late clicks: sinks equal the "
+    summary(f"refired_clicks: a crash and a SIGKILL, {len(expected)} windows, {len(late)} late clicks: sinks equal the "
             f"reference: {[name for name, rows in found.items() if rows == expected]}")
     assert found == {"to_sql": expected, "to_parquet": expected}
     assert late_clicks(ws) == sorted(late)

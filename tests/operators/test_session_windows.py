@@ -1,6 +1,7 @@
 """Session windows (``abs.Session``, spark_jobs/operators/session_windows.py): the merge of sessions a record
 bridges, lateness against emitted sessions, and the job tests/jobs/click_sessions.py exactly once under
-SIGKILLs and recoveries, against tests/sessions_data.py's plain-Python reference, then `verify`, `state`
+a crash at a fault point and a
+SIGKILL with recoveries, against tests/sessions_data.py's plain-Python reference, then `verify`, `state`
 and `diff`."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from spark_jobs.operators import session_windows
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS
 from spark_jobs.records.spark_types import spark_schema
 from tests import sessions_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, two_kills
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
 
 JOBS = str(JOBS_DIR)
 GAP, DELAY = 50_000, 100_000
@@ -102,17 +103,17 @@ def test_a_bridging_record_merges_two_sessions_and_records_of_emitted_sessions_a
 
 @pytest.mark.heavy(seconds=70)
 @pytest.mark.timeout(600)
-def test_sessions_are_exact_under_sigkills_and_recovery(tmp_path, sqlite_url, spark, monkeypatch, summary) -> None:
+def test_sessions_are_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark, monkeypatch, summary) -> None:
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     ws = make_workspace(tmp_path, sqlite_url, get_job(sessions_data.JOB), jobs_dir=JOBS)
-    two_kills(ws, sessions_data.JOB, sessions_data.land)
+    crash_then_kill(ws, sessions_data.JOB, sessions_data.land, spark)
     cli_ok(ws, "recover", sessions_data.JOB, spark=spark)  # the recovery on the test's session: no third JVM
 
     latest = ws.store.latest_completed(sessions_data.JOB).checkpoint_id
     assert latest == 5
     found = sessions_data.check(ws)
     ref = sessions_data.reference(ws.input_dir, [ws.store.cut(sessions_data.JOB, n) for n in range(1, 6)])
-    summary(f"click_sessions: 2 SIGKILLs, {len(ref.emitted)} sessions, {ref.bridges} bridging clicks, "
+    summary(f"click_sessions: a crash and a SIGKILL, {len(ref.emitted)} sessions, {ref.bridges} bridging clicks, "
             f"{len(ref.late)} late: (lost, duplicated) {found}")
     assert found == {"to_sql": (0, 0), "sessions_late": (0, 0)}
     # the data has what the test is about: merges across epochs, bridges, both kinds of late clicks

@@ -34,7 +34,7 @@ import pytest
 from sqlalchemy import text
 
 from coordinator.checkpoints.manifests import StagedOutputError
-from tests.helpers import lost_and_duplicated, make_workspace, run_ok, start
+from tests.helpers import cli_ok, lost_and_duplicated, make_workspace, start
 
 pytestmark = [pytest.mark.spark, pytest.mark.heavy(seconds=150)]
 CYCLES = int(os.environ.get("ABS_KILL_CYCLES", "8"))
@@ -100,7 +100,7 @@ def beside_the_runs(ws, stop: threading.Event, damaged: set[int], problems: list
 
 
 @pytest.mark.timeout(1800)  # thirty Spark applications take about 8 minutes on an idle 2-core machine
-def test_random_sigkills_lose_nothing_and_duplicate_nothing(tmp_path, pg_url, summary) -> None:
+def test_random_sigkills_lose_nothing_and_duplicate_nothing(tmp_path, pg_url, spark, summary) -> None:
     rng = random.Random(20261121)
     ws = make_workspace(tmp_path, pg_url)
     landed = kills = 0
@@ -129,8 +129,8 @@ def test_random_sigkills_lose_nothing_and_duplicate_nothing(tmp_path, pg_url, su
     finally:
         stop.set()
         finalizer.join(120)
-    # the recovery of the last cycle
-    run_ok(ws, *args)
+    # the recovery of the last cycle, on the test's session: no more Spark application to start
+    cli_ok(ws, *args, spark=spark)
     latest = ws.store.latest_completed(ws.job.name).checkpoint_id
     expected = ws.expected_at(latest)
     lost, duplicated = lost_and_duplicated(expected, ws.committed())

@@ -1,7 +1,7 @@
 """A user's job outside the project's packages (tests/jobs/views_by_country.py, found through
 ABS_JOBS_DIR): two sources, a filter, a join, an event-time window and two sinks, one a table in
 PostgreSQL (another database than the catalog), one a Delta table. Run as a user would, through
-`absreplay run`, `verify`, `rewind`, and SIGKILLs at random moments with fault points; after each,
+`absreplay run`, `verify`, `rewind`, and SIGKILLs at random moments between crashes at fault points; after each,
 tests/views_data checks both sinks against the sources in plain Python: nothing lost, nothing twice.
 """
 
@@ -16,7 +16,8 @@ from sqlalchemy import text
 
 from absreplay.job_discovery import get_job
 from tests import views_data
-from tests.helpers import JOBS_DIR, cli_ok, make_workspace, run_ok, start
+from coordinator.faults import ProcessCrash
+from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace
 from tests.runs.test_random_kills import run_and_maybe_kill
 
 JOBS = str(JOBS_DIR)
@@ -100,17 +101,20 @@ def test_run_verify_and_rewind_through_the_command_line(views, spark, pg_url) ->
 
 @pytest.mark.heavy(seconds=170)
 @pytest.mark.timeout(1200)
-def test_random_sigkills_and_fault_points_lose_and_duplicate_no_window(views, summary) -> None:
+def test_random_sigkills_and_fault_points_lose_and_duplicate_no_window(views, spark, summary) -> None:
     ws = views
     rng = random.Random(20261123)
-    faults = ["snapshot.before_ack=kill", "sink.mid_commit=kill", "epoch.compute=kill"]
-    kills, typical = 0, None
+    faults = ["snapshot.before_ack=crash", "sink.mid_commit=crash", "epoch.compute=crash"]
+    kills, crashes, typical = 0, 0, None
     for cycle in range(6):
         views_data.land(ws.input_dir, cycle)
         ws.coordinator.inject()
-        if cycle % 2:  # a fault point: the run is SIGKILLed there, the next recovery takes over
-            proc = start(ws, "recover", "views_by_country", faults=faults[cycle // 2])
-            proc.communicate(timeout=600)
+        if cycle % 2:  # a fault point: the run dies there (on the test's session, what a SIGKILL there
+            # leaves: coordinator.faults.ProcessCrash), the next recovery takes over
+            try:
+                cli(ws, "recover", "views_by_country", spark=spark, env={"ABS_FAULTS": faults[cycle // 2]})
+            except ProcessCrash:
+                crashes += 1
             continue
         ran = run_and_maybe_kill(ws, ["recover", "views_by_country"], 600 if typical is None
                                  else rng.uniform(0.0, 1.3 * typical))
@@ -118,9 +122,10 @@ def test_random_sigkills_and_fault_points_lose_and_duplicate_no_window(views, su
             kills += 1
         else:
             typical = max(ran, 1.0)
-    run_ok(ws, "recover", "views_by_country")
+    cli_ok(ws, "recover", "views_by_country", spark=spark)
     found = check(ws)
-    summary(f"views_by_country: 6 cycles, {kills} SIGKILLs, 3 fault points, {windows(ws)} windows: "
+    summary(f"views_by_country: 6 cycles, {kills} SIGKILLs, {crashes} crashes at fault points, {windows(ws)} windows: "
             f"(lost, duplicated) per sink {found}")
+    assert crashes == 3
     assert found == {"to_postgres": (0, 0), "to_delta": (0, 0)}
     assert windows(ws) > 10

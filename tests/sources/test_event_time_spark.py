@@ -21,6 +21,7 @@ from sqlalchemy import text
 import absreplay.api as abs
 from absreplay.job_discovery import get_job
 from coordinator.sources.event_time import TimestampError, event_time_ms
+from coordinator.faults import ProcessCrash
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.record_parsing import parse
 from tests.window_reference import tumbling
@@ -190,19 +191,18 @@ def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, sp
 @pytest.mark.heavy(seconds=60)
 @pytest.mark.timeout(600)
 @pytest.mark.sink_unchecked("judged here against plain Python over the clicks")
-def test_windows_on_iso_times_are_exact_under_sigkills_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
+def test_windows_on_iso_times_are_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
                                                                      summary) -> None:
-    """The ISO job's three epochs, its runs SIGKILLed at epoch 2's fault point and from outside once epoch 2
-    is done, then recovered: each window once, each late click one dead letter."""
+    """The ISO job's three epochs, its runs crashed at epoch 2's fault point (on the test's session: what a
+    SIGKILL there leaves) and SIGKILLed from outside once epoch 2 is done, then recovered: each window once, each late click one dead letter."""
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     batches = [clicks_of(b) for b in range(len(MINUTES))]
     ws = make_workspace(tmp_path / "kills", sqlite_url, get_job("clicks_iso"), jobs_dir=JOBS)
     for b, clicks in enumerate(batches):
         land(ws.input_dir, b, iso_lines(clicks))
         ws.coordinator.inject()
-    proc = start(ws, "recover", "clicks_iso", faults="epoch.compute@2=kill")
-    out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == -9 and "] epoch 1:" in out and "] epoch 2:" not in out, out
+    with pytest.raises(ProcessCrash, match="simulated crash at epoch.compute"):
+        cli(ws, "recover", "clicks_iso", spark=spark, env={"ABS_FAULTS": "epoch.compute@2=crash"})
     kill_when(start(ws, "recover", "clicks_iso"), "] epoch 2:")
     cli_ok(ws, "recover", "clicks_iso", spark=spark)  # the recovery on the test's session: no third JVM
     assert ws.store.latest_completed("clicks_iso").checkpoint_id == 3
@@ -211,7 +211,7 @@ def test_windows_on_iso_times_are_exact_under_sigkills_and_recovery(tmp_path, sq
         dead = [json.loads(p)["id"] for (p,) in c.execute(text(
             "SELECT payload FROM dead_letters WHERE job = 'clicks_iso' AND segment = 'per_10_minutes'"))]
     found = window_sink(ws, "clicks_iso")
-    summary(f"clicks_iso: 2 SIGKILLs, {len(windows)} windows on ISO-8601 times, {len(late)} late clicks: "
+    summary(f"clicks_iso: a crash and a SIGKILL, {len(windows)} windows on ISO-8601 times, {len(late)} late clicks: "
             f"sink = reference {found == Counter({(u, s, s + WINDOW): n for (u, s), n in windows.items()})}")
     assert found == Counter({(u, start, start + WINDOW): n for (u, start), n in windows.items()})
     assert sorted(dead) == sorted(late)
