@@ -1,9 +1,8 @@
 """The interval join of two streams (``KeyedStream.interval_join``, spark_jobs/operators/interval_join.py):
 what matches, once; the watermark of both inputs; the state it drops; left-outer rows with nulls once the
-watermark passes; late records as dead letters. The job tests/jobs/clicks_to_buys.py exactly once under
-a crash at a fault point and a
-SIGKILL with recoveries, against tests/joins_data.py's plain-Python reference, then `verify`, `state`
-and `diff`."""
+watermark passes; late records as dead letters. The job tests/jobs/clicks_to_buys.py exactly once under a
+crash at a fault point and a SIGKILL with recoveries, against tests/joins_data.py's plain-Python reference,
+then `verify`, `state` and `diff`."""
 
 from __future__ import annotations
 
@@ -180,7 +179,7 @@ def test_rows_of_one_record_made_twice_upstream_keep_apart_in_the_state(spark) -
 @pytest.mark.heavy(seconds=95)
 @pytest.mark.timeout(600)
 def test_interval_join_is_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
-                                                           summary) -> None:
+                                                                      summary) -> None:
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     ws = make_workspace(tmp_path, sqlite_url, get_job(joins_data.JOB), jobs_dir=JOBS)
     crash_then_kill(ws, joins_data.JOB, joins_data.land, spark)

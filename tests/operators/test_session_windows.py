@@ -1,8 +1,7 @@
 """Session windows (``abs.Session``, spark_jobs/operators/session_windows.py): the merge of sessions a record
-bridges, lateness against emitted sessions, and the job tests/jobs/click_sessions.py exactly once under
-a crash at a fault point and a
-SIGKILL with recoveries, against tests/sessions_data.py's plain-Python reference, then `verify`, `state`
-and `diff`."""
+bridges, lateness against emitted sessions, and the job tests/jobs/click_sessions.py exactly once under a
+crash at a fault point and a SIGKILL with recoveries, against tests/sessions_data.py's plain-Python
+reference, then `verify`, `state` and `diff`."""
 
 from __future__ import annotations
 

@@ -191,10 +191,11 @@ def test_windows_on_iso_times_equal_windows_on_epoch_ms(tmp_path, sqlite_url, sp
 @pytest.mark.heavy(seconds=60)
 @pytest.mark.timeout(600)
 @pytest.mark.sink_unchecked("judged here against plain Python over the clicks")
-def test_windows_on_iso_times_are_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark, monkeypatch,
-                                                                     summary) -> None:
+def test_windows_on_iso_times_are_exact_under_a_crash_a_sigkill_and_recovery(tmp_path, sqlite_url, spark,
+                                                                              monkeypatch, summary) -> None:
     """The ISO job's three epochs, its runs crashed at epoch 2's fault point (on the test's session: what a
-    SIGKILL there leaves) and SIGKILLed from outside once epoch 2 is done, then recovered: each window once, each late click one dead letter."""
+    SIGKILL there leaves) and SIGKILLed from outside once epoch 2 is done, then recovered: each window once,
+    each late click one dead letter."""
     monkeypatch.setenv("ABS_JOBS_DIR", JOBS)
     batches = [clicks_of(b) for b in range(len(MINUTES))]
     ws = make_workspace(tmp_path / "kills", sqlite_url, get_job("clicks_iso"), jobs_dir=JOBS)
