@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,18 +22,18 @@ from sqlalchemy import text
 
 from absreplay.airflow.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay.commands.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
+from absreplay_examples.definitions import wordcount
 from absreplay_examples.recount import recount
 from absreplay_examples.sample_data import land_batch
-from coordinator.checkpoints import state_files
-from coordinator.sources import source
 from coordinator.catalog.db import make_engine
+from coordinator.checkpoints import state_files
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
-from absreplay_examples.definitions import wordcount
-from coordinator.dataflow.jobs import JobDefinition
-from coordinator.settings import Settings
-from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
+from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.jobs import JobDefinition
 from coordinator.faults import ProcessCrash
+from coordinator.settings import Settings
+from coordinator.sources import source
 
 # typer (0.29) sets PYDANTIC_DISABLE_PLUGINS while it builds a parameter's converter, and deletes it afterwards when it
 # was unset: two commands parsing their arguments at once in this process (``cli`` from several threads, as
@@ -236,17 +237,24 @@ def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str
     return r.out
 
 
+def crash(ws, spark, point: str, *args: str) -> None:
+    """``absreplay ARGS`` as typed, on the test's session (``cli``), dying at fault point ``point``
+    (``name[@checkpoint][/k]``): ``ProcessCrash``, which leaves what a SIGKILL there leaves
+    (``coordinator.faults``), without a Spark application of its own. Fails if the run never gets there."""
+    name = re.split("[@/]", point)[0]
+    with pytest.raises(ProcessCrash, match=f"simulated crash at {re.escape(name)}"):
+        cli(ws, *args, spark=spark, env={"ABS_FAULTS": f"{point}=crash"})
+
+
 def crash_then_kill(ws, job: str, land, spark) -> None:
     """Five batches of ``land(input_dir, batch)``, a crash and a SIGKILL of ``absreplay recover``: the crash at
-    the fault point of epoch 2's computation, on the test's session (epoch 1 done, its snapshot complete or
-    not: what a SIGKILL there leaves, ``coordinator.faults.ProcessCrash``, without a Spark application of its
-    own), then a real SIGKILL of the command's process group from outside once epoch 3 is done (in epoch 4,
+    the fault point of epoch 2's computation (``crash``: epoch 1 done, its snapshot complete or not), then a
+    real SIGKILL of the command's process group from outside once epoch 3 is done (in epoch 4,
     or a snapshot). The caller recovers after them and checks."""
     for batch in range(3):
         land(ws.input_dir, batch)
         ws.coordinator.inject()
-    with pytest.raises(ProcessCrash, match="simulated crash at epoch.compute"):
-        cli(ws, "recover", job, spark=spark, env={"ABS_FAULTS": "epoch.compute@2=crash"})
+    crash(ws, spark, "epoch.compute@2", "recover", job)
     latest = ws.store.latest_completed(job)
     assert latest is None or latest.checkpoint_id == 1, latest
     for batch in range(3, 5):

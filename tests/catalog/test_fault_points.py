@@ -24,11 +24,11 @@ from dataclasses import replace
 
 import pytest
 
-from coordinator.faults import POINTS, ProcessCrash
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.policy import CheckpointPolicy
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
-from tests.helpers import cli, cli_ok, kill_when, lost_and_duplicated, make_workspace, start
+from coordinator.faults import POINTS
+from tests.helpers import cli_ok, crash, kill_when, lost_and_duplicated, make_workspace, start
 
 pytestmark = pytest.mark.spark
 
@@ -82,8 +82,7 @@ def test_killed_at_fault_point_then_resumed_is_exactly_once(point, tmp_path, pg_
         kill_when(proc, f"ABS fault point {point}")
         assert proc.returncode == -signal.SIGKILL
     else:
-        with pytest.raises(ProcessCrash, match=f"simulated crash at {point}"):
-            cli(ws, *cmd, spark=spark, env={"ABS_FAULTS": f"{armed}=crash"})
+        crash(ws, spark, armed, *cmd)
 
     if cmd[0] == "process":
         # the killed checkpoint is not completed; `process` again restores the last one that is

@@ -13,8 +13,7 @@ from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.errors import StateIntegrityError, UsageError
-from coordinator.faults import ProcessCrash
-from tests.helpers import cli, make_workspace
+from tests.helpers import cli, crash, make_workspace
 
 pytestmark = pytest.mark.spark
 
@@ -181,8 +180,7 @@ def test_recover_before_any_completed_checkpoint_starts_from_the_empty_state(tmp
     for b in range(2):
         ws.land(b)
         ws.coordinator.inject()
-    with pytest.raises(ProcessCrash):
-        cli(ws, "process", "wordcount", spark=spark, env={"ABS_FAULTS": "epoch.compute@1=crash"})
+    crash(ws, spark, "epoch.compute@1", "process", "wordcount")
     assert ws.store.latest_completed(ws.job.name) is None
     r = cli(ws, "recover", "wordcount", spark=spark)
     assert r.code == 0, r.out + r.err

@@ -16,7 +16,7 @@ from absreplay.job_discovery import get_job
 from absreplay_examples.recount import recount
 from coordinator.checkpoints import weak
 from coordinator.faults import ProcessCrash
-from tests.helpers import JOBS_DIR, cli, cli_ok, lost_and_duplicated, make_workspace, one_line_error
+from tests.helpers import JOBS_DIR, cli, cli_ok, crash, lost_and_duplicated, make_workspace, one_line_error
 
 pytestmark = pytest.mark.spark
 JOBS = str(JOBS_DIR)
@@ -50,8 +50,7 @@ def test_a_failure_loses_the_epoch_being_read_and_duplicates_nothing(tmp_path, s
     cut_3 = ws.store.cut(ws.job.name, 3)
     ws.land(3)
     ws.coordinator.inject()
-    with pytest.raises(ProcessCrash):
-        cli(ws, "process", "weak_wordcount", spark=spark, env={"ABS_FAULTS": "epoch.compute@3=crash"})
+    crash(ws, spark, "epoch.compute@3", "process", "weak_wordcount")
     assert weak.consumed_through(ws.store, ws.job) == 3
     out = cli_ok(ws, "process", "weak_wordcount", spark=spark)
     # no rewind: the run resumes after epoch 3, with the operator's own snapshot (checkpoint 2)

@@ -13,10 +13,9 @@ import pyarrow.dataset as ds
 import pytest
 
 from absreplay.job_discovery import get_job
-from coordinator.faults import ProcessCrash
 from coordinator.sinks.deletes import DELETE
 from tests import carts_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, start
+from tests.helpers import JOBS_DIR, cli_ok, crash, make_workspace, start
 
 JOBS = str(JOBS_DIR)
 pytestmark = [pytest.mark.spark]
@@ -73,8 +72,7 @@ def test_deleted_keys_leave_state_and_sinks_and_a_rewind_brings_them_back(carts,
     assert "verified" in cli_ok(ws, "verify", "open_carts", spark=spark)
 
     # a rewind to checkpoint 2 reverts every sink first: the carts closed since are back ...
-    with pytest.raises(ProcessCrash):
-        cli(ws, "rewind", "open_carts", "--to", "2", spark=spark, env={"ABS_FAULTS": "recovery.after_reset=crash"})
+    crash(ws, spark, "recovery.after_reset", "rewind", "open_carts", "--to", "2")
     back = sinks(ws)
     assert all(table == expected_at(ws, 2) for table in back.values()), back
     assert all(user in table for table in back.values() for user in closed)
@@ -93,10 +91,8 @@ def test_a_crash_and_a_sigkill_mid_epoch_lose_and_duplicate_no_delete(carts, spa
     ws.coordinator.inject()
     carts_data.land(ws.input_dir, 1)
     ws.coordinator.inject()
-    # the process dies computing epoch 2, checkpoint 1 done (and maybe not yet committed): a crash on the
-    # test's session leaves what a SIGKILL there leaves (coordinator.faults.ProcessCrash)
-    with pytest.raises(ProcessCrash, match="simulated crash at epoch.compute"):
-        cli(ws, "recover", "open_carts", spark=spark, env={"ABS_FAULTS": "epoch.compute@2=crash"})
+    # the process dies computing epoch 2, checkpoint 1 done (and maybe not yet committed)
+    crash(ws, spark, "epoch.compute@2", "recover", "open_carts")
     carts_data.land(ws.input_dir, 2)
     ws.coordinator.inject()
     # killed in the middle of a sink commit of the recovery's catch-up

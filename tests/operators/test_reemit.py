@@ -10,9 +10,8 @@ import pytest
 
 import absreplay.api as abs
 from absreplay.job_discovery import get_job
-from coordinator.faults import ProcessCrash
 from tests import reemit_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
+from tests.helpers import JOBS_DIR, cli_ok, crash, crash_then_kill, make_workspace
 
 JOBS = str(JOBS_DIR)
 JOB = reemit_data.JOB
@@ -81,8 +80,7 @@ def test_rows_follow_their_users_tier_verify_and_a_rewind_puts_each_row_back(tie
 
     # a rewind to checkpoint 3 (the oldest retained) reverts both sinks first: later clicks go, the others
     # get their tier of checkpoint 3 back ...
-    with pytest.raises(ProcessCrash):
-        cli(ws, "rewind", JOB, "--to", "3", spark=spark, env={"ABS_FAULTS": "recovery.after_reset=crash"})
+    crash(ws, spark, "recovery.after_reset", "rewind", JOB, "--to", "3")
     assert sinks(ws) == {"to_sql": views[2], "to_parquet": views[2]}
     assert any(views[2][i] != views[4][i] for i in views[2])
     # ... and the replayed epochs bring the latest rows again

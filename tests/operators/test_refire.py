@@ -15,9 +15,8 @@ import absreplay.api as abs
 from absreplay.job_discovery import get_job
 from absreplay.job_graph import WINDOW_EMITTED
 from coordinator.catalog.models import DeadLetter
-from coordinator.faults import ProcessCrash
 from tests import refire_data
-from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, crash_then_kill
+from tests.helpers import JOBS_DIR, cli_ok, crash, crash_then_kill, make_workspace
 from tests.sink_check import epoch_cuts
 
 JOBS = str(JOBS_DIR)
@@ -87,8 +86,7 @@ def test_windows_refire_in_their_sinks_verify_and_a_rewind_puts_each_row_back(cl
 
     # a rewind to checkpoint 3 (the oldest retained) reverts both sinks first: windows emitted since go,
     # windows re-fired since get their row of checkpoint 3 back ...
-    with pytest.raises(ProcessCrash):
-        cli(ws, "rewind", refire_data.JOB, "--to", "3", spark=spark, env={"ABS_FAULTS": "recovery.after_reset=crash"})
+    crash(ws, spark, "recovery.after_reset", "rewind", refire_data.JOB, "--to", "3")
     assert sinks(ws) == {"to_sql": views[2], "to_parquet": views[2]}
     assert any(views[2][k] != views[4][k] for k in views[2]) and set(views[4]) - set(views[2])
     # ... and the replayed epochs bring the same rows again

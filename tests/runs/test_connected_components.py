@@ -24,12 +24,11 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
+from absreplay_examples.definitions import connected_components
 from absreplay_examples.sample_data import land_segment
 from absreplay_examples.union_find import labels_at
 from coordinator.errors import StateIntegrityError
-from coordinator.faults import ProcessCrash
-from absreplay_examples.definitions import connected_components
-from tests.helpers import cli, cli_ok, make_workspace, rewrite_unseen, start
+from tests.helpers import cli_ok, crash, make_workspace, rewrite_unseen, start
 
 pytestmark = pytest.mark.spark
 JOB = "connected_components"
@@ -114,8 +113,7 @@ def die(ws, spark, fault: str, real: bool = False) -> str:
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == -signal.SIGKILL, out
         return out
-    with pytest.raises(ProcessCrash):
-        cli(ws, "process", JOB, spark=spark, env={"ABS_FAULTS": f"{fault}=crash"})
+    crash(ws, spark, fault, "process", JOB)
     return ""
 
 

@@ -21,12 +21,11 @@ from sqlalchemy import text
 import absreplay.api as abs
 from absreplay.job_discovery import get_job
 from coordinator.sources.event_time import TimestampError, event_time_ms
-from coordinator.faults import ProcessCrash
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.record_parsing import parse
-from tests.window_reference import tumbling
-from tests.helpers import JOBS_DIR, cli, cli_ok, kill_when, make_workspace, start
+from tests.helpers import JOBS_DIR, cli, cli_ok, crash, kill_when, make_workspace, start
 from tests.sources.test_event_time_formats import ACCEPTED, NOT_TIMESTAMPS, REFUSED, T
+from tests.window_reference import tumbling
 
 pytestmark = [pytest.mark.spark]
 JOBS = str(JOBS_DIR)
@@ -202,8 +201,7 @@ def test_windows_on_iso_times_are_exact_under_a_crash_a_sigkill_and_recovery(tmp
     for b, clicks in enumerate(batches):
         land(ws.input_dir, b, iso_lines(clicks))
         ws.coordinator.inject()
-    with pytest.raises(ProcessCrash, match="simulated crash at epoch.compute"):
-        cli(ws, "recover", "clicks_iso", spark=spark, env={"ABS_FAULTS": "epoch.compute@2=crash"})
+    crash(ws, spark, "epoch.compute@2", "recover", "clicks_iso")
     kill_when(start(ws, "recover", "clicks_iso"), "] epoch 2:")
     cli_ok(ws, "recover", "clicks_iso", spark=spark)  # the recovery on the test's session: no third JVM
     assert ws.store.latest_completed("clicks_iso").checkpoint_id == 3
