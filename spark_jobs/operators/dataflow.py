@@ -58,6 +58,8 @@ class Dataflow:
         self.spec = job.spec
         self.nodes = {n.name: n for n in self.spec.nodes}
         self.loop = next((n for n in self.spec.nodes if n.kind == "iterate"), None)
+        #: operator -> the operators reading its output
+        self._readers = {n.name: [m.name for m in self.spec.nodes if n.name in m.inputs] for n in self.spec.nodes}
         self._schemas: dict[str, StructType] = {}
         #: the newest checkpoint whose snapshot is durable, set by the runner before each epoch: tombstones at or
         #: below it leave the state (``spark_jobs.operators.deletes``); None: none is, they stay
@@ -154,6 +156,8 @@ class Dataflow:
         # a stream is planned when something reads it: a catch-up's aggregates have read their records already
         streams: dict[str, Callable[[], DataFrame]] = {}
         out = EpochOutput(states={})
+        # aggregates on local stores whose apply runs in the job of the aggregate their changes feed
+        chained: dict[str, store_apply.Applying] = {}
         for node in self.spec.nodes:
             ins = [streams[i] for i in node.inputs]
             if node.kind == "source":
@@ -170,11 +174,20 @@ class Dataflow:
                 state = states[node.name]
                 if state is None:  # a dry run: no state yet, only schemas
                     state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
-                if isinstance(state, StoreState):
-                    new_state = applied[node.name] if applied else store_apply.aggregate(
-                        spark, state, [checkpoint_id], store_apply.tagged(ins[0](), checkpoint_id), node,
-                        subtasks, volume)[0]
+                if isinstance(state, StoreState) and applied:
+                    new_state = applied[node.name]
                     streams[node.name] = cache(lambda applied=new_state: applied.changes)
+                elif isinstance(state, StoreState):
+                    apply = store_apply.planned(
+                        spark, state, [checkpoint_id], store_apply.tagged(ins[0](), checkpoint_id), node, subtasks,
+                        volume, tuple(a for n, a in chained.items() if self._chained_into(n, states) == node.name))
+                    into = self._chained_into(node.name, states)
+                    if into is not None and store_apply.chainable(state, [checkpoint_id], subtasks, states[into]):
+                        chained[node.name], new_state = apply, None  # its state: once the job of ``into`` ran
+                        streams[node.name] = cache(lambda apply=apply: apply.rows)
+                    else:
+                        new_state = apply.run()[0]
+                        streams[node.name] = cache(lambda applied=new_state: applied.changes)
                 else:
                     new_state, emitted = self._keyed(spark, node, spec, state, [i() for i in ins], back_edge,
                                                      watermarks, out, checkpoint_id, max_rounds, dry)
@@ -182,7 +195,23 @@ class Dataflow:
                 out.states[node.name] = new_state
                 if dry:
                     self._schemas[node.name] = new_state.schema
+        for name, apply in chained.items():
+            if apply.states is None:
+                raise RuntimeError(f"the apply of {name} was planned into a job that did not run")
+            out.states[name] = apply.states[0]
         return out
+
+    def _chained_into(self, name: str, states: dict[str, DataFrame | StoreState | None]) -> str | None:
+        """The keyed aggregate on local stores that alone reads operator ``name``'s changes, through stateless
+        operators alone: nothing else reads them (no sink, no other operator), so its job can run ``name``'s
+        apply too (``state.apply.chainable``). None when there is none."""
+        following = self._readers[name]
+        while len(following) == 1:
+            node = self.nodes[following[0]]
+            if node.kind not in ("map", "filter", "flat_map"):
+                return node.name if isinstance(states.get(node.name), StoreState) else None
+            following = self._readers[node.name]
+        return None
 
     def _keyed(self, spark: SparkSession, node: Any, spec: StateSpec, state: DataFrame | None,
                ins: list[DataFrame], back_edge: DataFrame | None, watermarks: dict[str, int | None],

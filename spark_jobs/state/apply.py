@@ -4,17 +4,23 @@ One epoch, or a catch-up's several at once (``Dataflow.epochs``), is one Spark j
 per aggregate: the records' contributions routed to their store's partition (the one shuffle),
 merged per key where they land, and handed to the store's task (``state.tasks.apply_task``),
 which folds them and writes each epoch's delta; the rows it returns are counted and checksummed
-as they pass (``_metrics``). Past ``ROUTE_FIRST_UP_TO`` source records the contributions are
-merged per key before the routing instead (``_per_key``). The stores themselves, their state
-between epochs and their snapshots: ``state.provider``.
+as they pass (``Applying.run``). Past ``ROUTE_FIRST_UP_TO`` source records the contributions are
+merged per key before the routing instead (``_per_key``).
+
+A chain of aggregates, each fed by the changes of the one before (the synthetic job's three),
+is one job for an epoch, not one per aggregate (``planned``, ``chainable``): an aggregate's
+changed rows go from its store's task straight into the next one's routing, without being read
+back from the delta files, in a job of one stage more per link. The stores themselves, their
+state between epochs and their snapshots: ``state.provider``.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
-from dataclasses import replace
-from functools import cache, partial
+from dataclasses import dataclass, replace
+from functools import cache, cached_property, partial
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -100,10 +106,16 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     its stores, in order, in one Spark job: one epoch, or several at once (a catch-up, ``Dataflow.epochs``);
     its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
     epoch already); ``records``: the source records of the epochs, which choose the plan (``_per_key``)."""
-    p = state.parallelism
+    return planned(spark, state, ids, rows, node, subtasks, records).run()
+
+
+def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
+            subtasks: frozenset[int] | None = None, records: int | None = None,
+            carried: tuple[Applying, ...] = ()) -> Applying:
+    """``aggregate``'s job planned, not run: ``Applying.run`` runs it. ``carried``: applies planned before it
+    whose changed rows (``Applying.rows``) are among ``rows``: they run inside this one's job (``chainable``)."""
     wide, merged = _per_key(rows, node, state, ids, subtasks, records)  # partition i: store i's keys
     batch = state.pinned(wide)
-    prevs = [state.version, *ids[:-1]]
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
     deltas = None if state.snapshots is None or subtasks is not None else \
@@ -115,43 +127,107 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     # Spark, that was 10 times the rows through Arrow to the Python worker (0.4 s of a catch-up's 0.6 s apply)
     apply = store_tasks.apply_task(state.at, state.operator, state.events, SUBTASK, ids, deltas, merged, PRESENT)
     applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-    if deltas is None:  # the snapshot writer writes the deltas from these rows
-        out = integrity_checked(lambda: applied.localCheckpoint(eager=True))
+    # where the metrics of ``carried`` are found once the job ran: the pinned RDD hides them from the job's own
+    plan = wide._jdf.queryExecution() if carried else None
+    return Applying(spark, state, ids, applied, deltas, f"apply-{state.operator}-{ids[0]}-{next(_observed)}",
+                    carried, plan)
+
+
+def chainable(state: StoreState, ids: list[int], subtasks: frozenset[int] | None, into: StoreState) -> bool:
+    """Whether an apply of ``state`` can run inside the job of the aggregate ``into`` its changed rows feed
+    (``planned``'s ``carried``): one epoch of a whole run (not a partial recovery), its tasks writing the
+    deltas, and ``into`` pinned, since its metrics are read from the plan under the pinned RDD."""
+    return len(ids) == 1 and subtasks is None and state.snapshots is not None and into.placement is not None
+
+
+@dataclass
+class Applying:
+    """An aggregate's apply, planned (``planned``). ``rows``: its changed rows, for the next aggregate of a
+    chain to plan on without running it (``chainable``); ``run``: its job, and the states after it."""
+
+    spark: SparkSession
+    state: StoreState
+    ids: list[int]
+    applied: DataFrame
+    deltas: list[str] | None
+    name: str
+    carried: tuple[Applying, ...] = ()
+    plan: object | None = None
+    #: the states after each epoch, once its job ran (``run``, or the job that carried it)
+    states: list[StoreState] | None = None
+
+    @cached_property
+    def observed(self) -> DataFrame:
+        """The apply's rows, counted and checksummed per subtask as they pass (``group_metrics``)."""
+        return self.applied.observe(self.name, *group_metrics(self.state.columns, SUBTASK, self.state.parallelism))
+
+    @property
+    def rows(self) -> DataFrame:
+        """The changed rows of its one epoch, run by the job of the apply they feed (which carries this one)."""
+        return self.observed.drop(SUBTASK)
+
+    def run(self) -> list[StoreState]:
+        """Run the job: this apply and the ones it carries, each chain link's states set after it."""
+        state, ids, applied, deltas = self.state, self.ids, self.applied, self.deltas
+        if deltas is None:  # the snapshot writer writes the deltas from these rows
+            out = integrity_checked(lambda: applied.localCheckpoint(eager=True))
+            self._carried_done()
+            loads = state.applied_loads()
+            prevs = [state.version, *ids[:-1]]
+            self.states = [replace(state, version=checkpoint_id, prev=prev, written=None, files=None, reload=False,
+                                   loads=loads if k == 0 else {}, changes_of=cache(lambda c=checkpoint_id: (
+                                       out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(
+                                       SUBTASK)))
+                           for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True))]
+            return self.states
+        # the apply runs inside the pass that counts and checksums its rows, and nothing keeps them: an epoch's
+        # changes are the delta files it wrote. One epoch: observed as they pass (two aggregates per subtask,
+        # no stage added); a catch-up's several: one aggregation (``metrics_by``), where observing would evaluate
+        # a pair of conditional aggregates per epoch and subtask on every row
+        if len(ids) > 1:
+            found = integrity_checked(lambda: metrics_by(applied, state.columns, ["updated", SUBTASK]))
+        else:
+            observation = Observation(self.name)
+            integrity_checked(lambda: applied.observe(observation, *group_metrics(
+                state.columns, SUBTASK, state.parallelism)).write.format("noop").mode("overwrite").save())
+            found = _by_subtask(observation.get, ids[0], state.parallelism)
+        self._carried_done()
+        return self._done(found)
+
+    def _carried_done(self) -> None:
+        """The states of the applies this job carried (and of theirs), their metrics read from the plans
+        their rows ran in (``observedMetrics``: one string per link)."""
+        for link in self.carried:
+            metrics = self.plan.observedMetrics().get(link.name)
+            if metrics.isEmpty():
+                raise RuntimeError(f"the apply of {link.state.operator} carried by {self.state.operator}'s ran "
+                                   "no metrics")
+            link._done(_by_subtask(json.loads(metrics.get().json()), link.ids[0], link.state.parallelism))
+            link._carried_done()
+
+    def _done(self, found: dict[tuple[int, int], tuple[int, int | None]]) -> list[StoreState]:
+        state, ids, deltas, p = self.state, self.ids, self.deltas, self.state.parallelism
         loads = state.applied_loads()
-        return [replace(state, version=checkpoint_id, prev=prev, written=None, files=None, reload=False,
-                        loads=loads if k == 0 else {}, changes_of=cache(lambda c=checkpoint_id: (
-                            out if len(ids) == 1 else out.where(F.col("updated") == F.lit(c))).drop(SUBTASK)))
-                for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True))]
-    # the apply runs inside the pass that counts and checksums its rows, and nothing keeps them: an epoch's
-    # changes are the delta files it wrote
-    found = integrity_checked(lambda: _metrics(applied, state, ids))
-    loads = state.applied_loads()
-    states, last = [], state
-    for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
-        mine = {}
-        for i in range(p):
-            mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
-        changes = cache(partial(_delta_rows, spark, state, deltas[k], [i for i in range(p) if mine[f"rows_{i}"]]))
-        written = {"uri": "file://" + deltas[k], "metrics": mine}
-        files = last.after(checkpoint_id, deltas[k], {i: mine[f"rows_{i}"] for i in range(p)})
-        last = replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written, files=files,
-                       reload=False, loads=loads if k == 0 else {})
-        states.append(last)
-    return states
+        prevs = [state.version, *ids[:-1]]
+        states, last = [], state
+        for k, (checkpoint_id, prev) in enumerate(zip(ids, prevs, strict=True)):
+            mine = {}
+            for i in range(p):
+                mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
+            changes = cache(partial(_delta_rows, self.spark, state, deltas[k],
+                                    [i for i in range(p) if mine[f"rows_{i}"]]))
+            written = {"uri": "file://" + deltas[k], "metrics": mine}
+            files = last.after(checkpoint_id, deltas[k], {i: mine[f"rows_{i}"] for i in range(p)})
+            last = replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written, files=files,
+                           reload=False, loads=loads if k == 0 else {})
+            states.append(last)
+        self.states = states
+        return states
 
 
-def _metrics(applied: DataFrame, state: StoreState, ids: list[int]) -> dict[tuple[int, int], tuple[int, int | None]]:
-    """Rows and checksum of each (epoch, subtask) of an apply's rows, in the pass that runs the apply. One epoch:
-    observed as they pass (``group_metrics``, two aggregates per subtask), which adds no stage; a catch-up's
-    several: one aggregation (``metrics_by``), where observing would evaluate a pair of conditional aggregates
-    per epoch and subtask on every row."""
-    if len(ids) > 1:
-        return metrics_by(applied, state.columns, ["updated", SUBTASK])
-    observation = Observation(f"apply-{state.operator}-{ids[0]}-{next(_observed)}")
-    applied.observe(observation, *group_metrics(state.columns, SUBTASK, state.parallelism)).write.format(
-        "noop").mode("overwrite").save()
-    found = observation.get
-    return {(ids[0], i): (found[f"rows_{i}"], found[f"xor_{i}"]) for i in range(state.parallelism)
+def _by_subtask(found: dict, checkpoint_id: int, parallelism: int) -> dict[tuple[int, int], tuple[int, int | None]]:
+    """Observed metrics (``group_metrics``) of one epoch's apply, by (epoch, subtask) for the subtasks with rows."""
+    return {(checkpoint_id, i): (found[f"rows_{i}"], found[f"xor_{i}"]) for i in range(parallelism)
             if found.get(f"rows_{i}")}
 
 
