@@ -1,7 +1,8 @@
 """The synthetic example job (absreplay_examples/synthetic.py): three keyed aggregates in a row, each
 fed by the one before's changed keys. Run and verified through the command line; its sink is checked
 against absreplay_examples.synthetic_data.reference, a plain-Python recomputation replayed epoch by
-epoch along the checkpoints' cuts."""
+epoch along the checkpoints' cuts, and its chain of aggregates (one Spark job an epoch) against the same
+runs with one job per aggregate."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import select, text
 
 from absreplay_examples import synthetic_data
 from absreplay_examples.definitions import synthetic
+from coordinator.catalog.db import upgrade
 from coordinator.catalog.models import SinkWatermark
 from tests.helpers import cli, cli_ok, make_workspace
 from tests.sink_check import epoch_cuts
@@ -37,11 +39,42 @@ def sink_marks(ws) -> tuple[int, dict[str, int]]:
     return at, {p: o for _, p, o in rows}
 
 
-def test_run_verify_and_the_sink_equals_a_plain_recomputation(tmp_path, sqlite_url, spark) -> None:
+def acks(ws) -> list[tuple]:
+    """Every keyed aggregate's acks: checkpoint, operator, subtask, rows and checksum, in order."""
+    with ws.store.engine.connect() as c:
+        return c.execute(text("SELECT checkpoint_id, operator, subtask, state_rows, checksum FROM task_acks WHERE "
+                              "operator LIKE 'per_%' ORDER BY checkpoint_id, operator, subtask")).all()
+
+
+def spark_jobs_so_far(spark) -> int:
+    """Spark jobs the session has started (job ids count up from 0; no run sets a job group)."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1) + 1
+
+
+def test_run_verify_and_the_sink_equals_a_plain_recomputation(tmp_path, sqlite_url, spark, monkeypatch) -> None:
+    """Also ``state.apply.chainable``: per_key's and per_group's applies run inside per_bucket's job, their
+    changes handed on without being read back from their delta files, their metrics read from the plan they ran
+    in. Each epoch starts two Spark jobs fewer than a second workspace's, run with one job per aggregate, and
+    every ack (rows and checksum of every aggregate's subtask) and the sink are the same."""
+    from spark_jobs.state import apply as store_apply
+
     ws = make_workspace(tmp_path, sqlite_url, synthetic())
+    separate_url = f"sqlite:///{tmp_path / 'separate.db'}"
+    upgrade(separate_url)
+    separate = make_workspace(tmp_path / "separate", separate_url, synthetic())
+    jobs = {"chained": [], "separate": []}
     for batch in range(BATCHES):
-        assert synthetic_data.land(ws.input_dir, batch, RECORDS, KEYS) == RECORDS
-        cli_ok(ws, "run", "synthetic", spark=spark)
+        for name, w in (("chained", ws), ("separate", separate)):
+            assert synthetic_data.land(w.input_dir, batch, RECORDS, KEYS) == RECORDS
+            with monkeypatch.context() as m:
+                if name == "separate":
+                    m.setattr(store_apply, "chainable", lambda *a: False)
+                before = spark_jobs_so_far(spark)
+                cli_ok(w, "run", "synthetic", spark=spark)
+                jobs[name].append(spark_jobs_so_far(spark) - before)
+    assert [s - c for c, s in zip(jobs["chained"], jobs["separate"], strict=True)] == [2] * BATCHES, jobs
+    assert acks(ws) == acks(separate) and len(acks(ws)) == 3 * 2 * BATCHES
+    assert sink_rows(ws) == sink_rows(separate)
 
     out = cli_ok(ws, "verify", "synthetic", spark=spark)
     assert f"checkpoint {BATCHES} verified" in out and f"in {BATCHES} epoch(s)" in out, out
@@ -63,47 +96,3 @@ def test_run_verify_and_the_sink_equals_a_plain_recomputation(tmp_path, sqlite_u
     assert len(expected.per_group) == KEYS // 10
     assert synthetic_data.reference(ws.input_dir, [marks]).per_bucket != got
 
-
-def acks(ws) -> list[tuple]:
-    """Every keyed aggregate's acks: checkpoint, operator, subtask, rows and checksum, in order."""
-    with ws.store.engine.connect() as c:
-        return c.execute(text("SELECT checkpoint_id, operator, subtask, state_rows, checksum FROM task_acks WHERE "
-                              "operator LIKE 'per_%' ORDER BY checkpoint_id, operator, subtask")).all()
-
-
-def spark_jobs_so_far(spark) -> int:
-    """Spark jobs the session has started (job ids count up from 0; no run sets a job group)."""
-    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(), default=-1) + 1
-
-
-def test_the_chain_of_aggregates_is_one_spark_job_an_epoch_and_acks_what_three_would(tmp_path, spark,
-                                                                                    monkeypatch) -> None:
-    """``state.apply.chainable``: per_key's and per_group's applies run inside per_bucket's job, their changes
-    handed on without being read back from their delta files, and their metrics read from the plan they ran in.
-    Each epoch starts two Spark jobs fewer than with one job per aggregate, and every ack (rows and checksum of
-    every operator's subtask), the sink and ``verify`` are the same."""
-    from coordinator.catalog.db import upgrade
-    from spark_jobs.state import apply as store_apply
-
-    chained_runs, separate_runs = [], []
-    workspaces = {}
-    for name in ("chained", "separate"):
-        url = f"sqlite:///{tmp_path / f'{name}.db'}"
-        upgrade(url)
-        workspaces[name] = make_workspace(tmp_path / name, url, synthetic())
-    for batch in range(BATCHES):
-        for name, jobs in (("chained", chained_runs), ("separate", separate_runs)):
-            ws = workspaces[name]
-            synthetic_data.land(ws.input_dir, batch, RECORDS, KEYS)
-            with monkeypatch.context() as m:
-                if name == "separate":
-                    m.setattr(store_apply, "chainable", lambda *a: False)
-                before = spark_jobs_so_far(spark)
-                cli_ok(ws, "run", "synthetic", spark=spark)
-                jobs.append(spark_jobs_so_far(spark) - before)
-    assert [s - c for c, s in zip(chained_runs, separate_runs, strict=True)] == [2] * BATCHES, (chained_runs,
-                                                                                                separate_runs)
-    chained, separate = workspaces["chained"], workspaces["separate"]
-    assert acks(chained) == acks(separate) and len(acks(chained)) == 3 * 2 * BATCHES
-    assert sink_rows(chained) == sink_rows(separate)
-    assert f"checkpoint {BATCHES} verified" in cli_ok(chained, "verify", "synthetic", spark=spark)
