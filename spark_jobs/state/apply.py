@@ -196,12 +196,12 @@ class Applying:
 
     def _carried_done(self) -> None:
         """The states of the applies this job carried (and of theirs), their metrics read from the plans
-        their rows ran in (``observedMetrics``: one string per link)."""
+        their rows ran in (``QueryExecution.observedMetrics``, each link's row crossing py4j as one JSON string)."""
         for link in self.carried:
             metrics = self.plan.observedMetrics().get(link.name)
             if metrics.isEmpty():
-                raise RuntimeError(f"the apply of {link.state.operator} carried by {self.state.operator}'s ran "
-                                   "no metrics")
+                raise RuntimeError(f"the job of {self.state.operator} ran the apply of {link.state.operator} "
+                                   "without its metrics")
             link._done(_by_subtask(json.loads(metrics.get().json()), link.ids[0], link.state.parallelism))
             link._carried_done()
 
