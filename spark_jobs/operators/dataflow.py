@@ -156,8 +156,8 @@ class Dataflow:
         # a stream is planned when something reads it: a catch-up's aggregates have read their records already
         streams: dict[str, Callable[[], DataFrame]] = {}
         out = EpochOutput(states={})
-        # aggregates on local stores whose apply runs in the job of the aggregate their changes feed
-        chained: dict[str, store_apply.Applying] = {}
+        # aggregates on local stores whose apply runs in the job of the aggregate their changes feed: that one, and it
+        chained: dict[str, tuple[str, store_apply.Applying]] = {}
         for node in self.spec.nodes:
             ins = [streams[i] for i in node.inputs]
             if node.kind == "source":
@@ -180,10 +180,10 @@ class Dataflow:
                 elif isinstance(state, StoreState):
                     apply = store_apply.planned(
                         spark, state, [checkpoint_id], store_apply.tagged(ins[0](), checkpoint_id), node, subtasks,
-                        volume, tuple(a for n, a in chained.items() if self._chained_into(n, states) == node.name))
+                        volume, tuple(a for into, a in chained.values() if into == node.name))
                     into = self._chained_into(node.name, states)
                     if into is not None and store_apply.chainable(state, [checkpoint_id], subtasks, states[into]):
-                        chained[node.name], new_state = apply, None  # its state: once the job of ``into`` ran
+                        chained[node.name], new_state = (into, apply), None  # its state: once the job of ``into`` ran
                         streams[node.name] = cache(lambda apply=apply: apply.rows)
                     else:
                         new_state = apply.run()[0]
@@ -195,7 +195,7 @@ class Dataflow:
                 out.states[node.name] = new_state
                 if dry:
                     self._schemas[node.name] = new_state.schema
-        for name, apply in chained.items():
+        for name, (_, apply) in chained.items():
             if apply.states is None:
                 raise RuntimeError(f"the apply of {name} was planned into a job that did not run")
             out.states[name] = apply.states[0]

@@ -171,7 +171,6 @@ class Applying:
         state, ids, applied, deltas = self.state, self.ids, self.applied, self.deltas
         if deltas is None:  # the snapshot writer writes the deltas from these rows
             out = integrity_checked(lambda: applied.localCheckpoint(eager=True))
-            self._carried_done()
             loads = state.applied_loads()
             prevs = [state.version, *ids[:-1]]
             self.states = [replace(state, version=checkpoint_id, prev=prev, written=None, files=None, reload=False,

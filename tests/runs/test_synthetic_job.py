@@ -96,4 +96,3 @@ def test_run_verify_and_the_sink_equals_a_plain_recomputation(tmp_path, sqlite_u
     # every group and bucket reached; the plain recomputation, too, depends on where epochs end
     assert len(expected.per_group) == KEYS // 10
     assert synthetic_data.reference(ws.input_dir, [marks]).per_bucket != got
-
