@@ -13,9 +13,12 @@ under pytest-xdist the short ones fill in around them.
 from __future__ import annotations
 
 import logging
+import contextlib
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -130,29 +133,60 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database, dropped afterwards."""
-    name = f"abs_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(parse_url(PG_ADMIN_URL), isolation_level="AUTOCOMMIT")
+def _admin():
+    return create_engine(parse_url(PG_ADMIN_URL), isolation_level="AUTOCOMMIT")
+
+
+# Each catalog a test gets is a copy of one migrated at the start of its xdist worker, not migrated anew:
+# `CREATE DATABASE ... TEMPLATE` took 0.02 s where creating and migrating one took 0.3-0.7 s, for each of
+# the suite's ~400 catalogs (a SQLite file: 0.2 ms to copy, 0.04-0.1 s to migrate).
+# tests/catalog/test_migrations.py migrates step by step for itself.
+@pytest.fixture(scope="session")
+def _pg_template() -> Iterator[str]:
+    name = f"abs_template_{uuid.uuid4().hex[:12]}"
+    admin = _admin()
     try:
         with admin.connect() as c:
             c.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # noqa: BLE001 - report, never skip
         pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is required for this test: {exc}")
-    url = _pg_url(name)
-    upgrade(url)
-    yield url
+    upgrade(_pg_url(name))
+    with admin.connect() as c:  # a template must have no session open on it when it is copied
+        c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = :name AND pid <> pg_backend_pid()"), {"name": name})
+    yield name
     with admin.connect() as c:
         c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
 
 
 @pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    url = f"sqlite:///{tmp_path / 'catalog.db'}"
-    upgrade(url)
-    return url
+def pg_url(_pg_template: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database, dropped afterwards."""
+    name = f"abs_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin()
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{_pg_template}"'))
+    yield _pg_url(name)
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("catalog-template") / "catalog.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path, _sqlite_template: Path) -> str:
+    # through SQLite's backup API: a plain copy of the file would miss what a WAL file still held
+    with contextlib.closing(sqlite3.connect(_sqlite_template)) as src, \
+            contextlib.closing(sqlite3.connect(tmp_path / "catalog.db")) as dst:
+        src.backup(dst)
+    return f"sqlite:///{tmp_path / 'catalog.db'}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
