@@ -47,9 +47,10 @@ jvm-archive: $(VENV)/.installed
 demo: install
 	$(BIN)/absreplay demo
 
-# Chromium's install and the tests' JVM class archive (tests/jvm_archive.py, about 30 s of one core) side by side
-test: install
-	$(MAKE) -j2 chromium jvm-archive
+# Chromium's install (apt-get, on a fresh machine only) beside the project's (uv, about 40 s on a fresh
+# machine) and beside the tests' JVM class archive that follows it (tests/jvm_archive.py, about 30 s of one core)
+test:
+	$(MAKE) -j2 chromium install jvm-archive
 	$(BIN)/ruff check .
 	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
