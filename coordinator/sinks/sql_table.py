@@ -9,7 +9,7 @@ caller passes its own session (``commit_in``), so rows, commit record,
 transaction status and high-water marks change in one transaction.
 
 Upserts: PostgreSQL copies the rows into a temporary table and upserts them in
-one statement; SQLite runs one prepared INSERT ... ON CONFLICT for all rows.
+one statement; SQLite runs one prepared INSERT ... ON CONFLICT for all rows, in key order.
 Deletes: a checkpoint's tombstones (``coordinator.sinks.deletes``) delete their
 keys' rows in the same transaction, after its upserts.
 """
@@ -194,6 +194,10 @@ class SqlTableTarget:
         if rows.num_rows == 0:
             return
         cols = (*self.columns, "checkpoint_id")
+        if self.key is not None and conn.dialect.name != "postgresql":
+            # in key order, SQLite's upserts walk its primary key's B-tree from one end to the other instead
+            # of jumping about it: 300,000 upserts into a table of 700,000 rows took 1.5 s against 3.5 s
+            rows = rows.sort_by([(c, "ascending") for c in self.key])
         if "checkpoint_id" in rows.column_names:
             data = [rows.column(c).to_pylist() for c in cols]
         else:
