@@ -62,7 +62,8 @@ class SqliteUpsertSink:
         return sqlite3.connect(self.path, isolation_level=None)  # transactions spelled out below
 
     def __call__(self, df, batch_id: int) -> None:
-        table = df.toArrow()
+        # in key order, as our SQL table sink upserts (coordinator/sinks/sql_table.py): the B-tree walked in order
+        table = df.toArrow().sort_by("word")
         rows = zip(table.column("word").to_pylist(), table.column("count").to_pylist(), strict=True)
         with self.connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
