@@ -55,6 +55,9 @@ class SqlTableTarget:
             *(sa.Column(f.name, self._sql(f), primary_key=f.name in (key or ()), nullable=f.name not in (key or ()))
               for f in schema),
             sa.Column("checkpoint_id", sa.BigInteger, nullable=False),
+            # SQLite: a keyed table is its primary key's B-tree alone, not a rowid table beside an index on the
+            # key that every upsert also writes (ignored elsewhere; a table that exists stays as it is)
+            sqlite_with_rowid=key is None,
         )
         self._commits = sa.Table(
             COMMITS, metadata,
