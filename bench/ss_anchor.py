@@ -55,7 +55,9 @@ class SqliteUpsertSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         with self.connect() as conn:
-            conn.execute("CREATE TABLE counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL, batch_id INTEGER)")
+            # as our SQL table sink makes a keyed table (coordinator/sinks/sql_table.py)
+            conn.execute("CREATE TABLE counts (word TEXT PRIMARY KEY, count INTEGER NOT NULL, batch_id INTEGER) "
+                         "WITHOUT ROWID")
             conn.execute("CREATE TABLE commits (batch_id INTEGER PRIMARY KEY)")
 
     def connect(self) -> sqlite3.Connection:
