@@ -17,13 +17,14 @@ parallelism 2, each variant built anew every time (as an epoch is: its input dif
                 (``bench/state_scale_bench.py``'s small epoch), after a load of ``--keys`` keys.
 
 Medians of ``--repeat`` runs after three warm-up runs. The ratios: what a Python stage adds (per stage)
-against what a JVM stage costs, and how much of our epoch, and of the 0.5 s goal, the floor is. Prints them and writes
-bench/results/spark_floor.json.
+against the JVM job's time per stage, and how much of our epoch, and of the 0.5 s goal, the floor is.
+Prints them and writes bench/results/spark_floor.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -85,6 +86,8 @@ def small_epoch_s(spark, keys: int, records: int, epochs: int) -> float:
     for _ in range(epochs):
         sc.land(sc.epoch_keys(keys, records, min(keys, 10_000)))
     report, _ = sc.run(spark)
+    sc.store.engine.dispose()
+    shutil.rmtree(root, ignore_errors=True)
     return statistics.median(e.process_s for e in report.epochs)
 
 
