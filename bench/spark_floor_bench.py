@@ -16,9 +16,9 @@ parallelism 2, each variant built anew every time (as an epoch is: its input dif
   epoch         the synthetic job's epoch of the same size on the local stores, caught up in one run
                 (``bench/state_scale_bench.py``'s small epoch), after a load of ``--keys`` keys.
 
-Medians of ``--repeat`` runs after three warm-up runs. The ratios: what a Python stage adds (per stage)
-against the JVM job's time per stage, and how much of our epoch, and of the 0.5 s goal, the floor is.
-Prints them and writes bench/results/spark_floor.json.
+Medians of ``--repeat`` runs after three warm-up runs, the three variants taking turns. The ratios:
+what a Python stage adds (per stage) against the JVM job's time per stage, and how much of our epoch,
+and of the 0.5 s goal, the floor is. Prints them and writes bench/results/spark_floor.json.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.kit import options  # noqa: E402
+from bench.kit.repetitions import turns  # noqa: E402
 from bench.state_scale_bench import Scenario  # noqa: E402
 from bench.synthetic_bench import machine  # noqa: E402
 
@@ -65,13 +67,15 @@ def chain(spark, source, python: bool):
     return df
 
 
-def median_s(action, repeat: int) -> float:
-    times = []
-    for _ in range(3 + repeat):
+def medians_s(actions: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Each action's median seconds over ``repeat`` runs, after three warm-up runs each; the actions take
+    turns (``bench.kit.repetitions.turns``), so a drift in the machine's load falls on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in actions}
+    for _, name in turns(list(actions), 3 + repeat):
         t0 = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[3:])
+        actions[name]()
+        times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts[3:]) for name, ts in times.items()}
 
 
 def small_epoch_s(spark, keys: int, records: int, epochs: int) -> float:
@@ -114,11 +118,11 @@ def main() -> None:
             df.write.format("noop").mode("overwrite").save()
 
         console.print(f"{args.records:,} records, {args.repeat} runs per variant")
-        out = {
-            "plan_s": median_s(lambda: chain(spark, source, True)._jdf.queryExecution().toRdd(), args.repeat),
-            "jvm_job_s": median_s(lambda: noop(chain(spark, source, False)), args.repeat),
-            "python_job_s": median_s(lambda: noop(chain(spark, source, True)), args.repeat),
-        }
+        out = medians_s({
+            "plan_s": lambda: chain(spark, source, True)._jdf.queryExecution().toRdd(),
+            "jvm_job_s": lambda: noop(chain(spark, source, False)),
+            "python_job_s": lambda: noop(chain(spark, source, True)),
+        }, args.repeat)
         console.print(f"synthetic job, {args.keys:,} keys: small epochs of {args.records:,} records")
         out["epoch_s"] = small_epoch_s(spark, args.keys, args.records, args.repeat)
         results = {"records": args.records, "keys": args.keys, "repeat": args.repeat, "quick": args.quick,
