@@ -197,7 +197,8 @@ class SqlTableTarget:
         if rows.num_rows == 0:
             return
         cols = (*self.columns, "checkpoint_id")
-        if self.key is not None and conn.dialect.name != "postgresql":
+        copied = conn.dialect.name == "postgresql"  # else one prepared upsert per row (SQLite)
+        if self.key is not None and not copied:
             # in key order, SQLite's upserts walk its primary key's B-tree from one end to the other instead
             # of jumping about it: 300,000 upserts into a table of 700,000 rows took 0.75 s against 2.53 s
             rows = rows.sort_by([(c, "ascending") for c in self.key])
@@ -213,7 +214,7 @@ class SqlTableTarget:
             updates = ", ".join(f'"{c}" = excluded."{c}"' for c in (*self.values, "checkpoint_id"))
             key = ", ".join(f'"{c}"' for c in self.key)
             conflict = f'ON CONFLICT ({key}) DO UPDATE SET {updates}'
-        if conn.dialect.name == "postgresql":
+        if copied:
             # COPY into a temporary table, then one set-based upsert: far faster than row inserts
             buf = io.StringIO()
             csv.writer(buf, lineterminator="\n").writerows(zip(*data))
