@@ -8,7 +8,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from coordinator.sources.event_time import SESSION_TIME_ZONE
-from spark_jobs import local_fs
+from spark_jobs import jvm_lookups, local_fs
 from spark_jobs.python_path import daemon_confs
 
 
@@ -24,6 +24,7 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
             builder = builder.config(key, value)
     spark = configure(builder, parallelism).getOrCreate()
     local_fs.install(spark)  # no chmod process per file written (local masters)
+    jvm_lookups.install(spark)  # py4j asks the JVM for a class or a static method once, not on every call
     return spark
 
 
