@@ -29,7 +29,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.records.spark_types import spark_type
 from spark_jobs.state import tasks as store_tasks
-from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, with_subtask
+from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, quoted, with_subtask
 from spark_jobs.state.provider import StoreState, by_store, integrity_checked
 
 #: the column that tells ``aggregate`` a record's epoch (``tagged``)
@@ -78,7 +78,7 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
                       for column, value, _ in ko._parts(name, agg)]
     parts = list(state.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
     merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
-        f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {_q(column)} END) AS {_q(f'{column}@{j}')}"
+        f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {quoted(column)} END) AS {quoted(f'{column}@{j}')}"
         for j in range(len(ids)) for column, merge in parts]
     keys, p = list(node.key_names), state.parallelism
     contributions = rows.select(*contributions, slot.alias(SLOT))
@@ -93,11 +93,6 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
         routed = routed.where(F.col(SUBTASK).isin(sorted(subtasks)))
     wide = by_store(routed, p).groupBy(SUBTASK, *keys).agg(*[F.expr(m) for m in merges])
     return wide, [column for column, _ in parts]
-
-
-def _q(name: str) -> str:
-    """A column name quoted for SQL text."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,

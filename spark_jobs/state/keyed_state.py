@@ -42,13 +42,18 @@ class SubtaskStats:
     checksum: str
 
 
+def quoted(name: str) -> str:
+    """A column name quoted for SQL text."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def subtask_of(key: str | Sequence[str], parallelism: int, max_parallelism: int) -> F.Column:
     """The subtask (0..parallelism-1) holding each row's key (one column or several): the range of
-    key groups it owns."""
-    keys = [key] if isinstance(key, str) else list(key)
-    group = F.pmod(F.hash(*[F.col(k) for k in keys]), F.lit(max_parallelism)).cast("long")
+    key groups it owns. SQL text, parsed at once: built from Column objects it was ten py4j calls."""
+    keys = ", ".join(quoted(k) for k in ([key] if isinstance(key, str) else key))
     # exact: a double division of integers below 2^53 never rounds up across an integer
-    return F.floor(group * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
+    return F.expr(f"CAST(floor(CAST(pmod(hash({keys}), {max_parallelism}) AS BIGINT) * {parallelism} "
+                  f"/ {max_parallelism}) AS INT)")
 
 
 def with_subtask(df: DataFrame, key: str | Sequence[str], parallelism: int, max_parallelism: int) -> DataFrame:
@@ -61,14 +66,13 @@ def format_checksum(value: int | None) -> str | None:
 
 def group_metrics(columns: Sequence[str], group: str, groups: int) -> list[F.Column]:
     """Aggregates for ``DataFrame.observe``: rows and checksum of each value 0..groups-1 of
-    column ``group`` (a subtask, a restore link), computed in the pass that writes or reads."""
-    row_hash = F.xxhash64(*[F.col(c) for c in columns])
-    metrics = []
-    for i in range(groups):
-        mine = F.col(group) == i
-        metrics.append(F.sum(F.when(mine, 1).otherwise(0)).alias(f"rows_{i}"))
-        metrics.append(F.bit_xor(F.when(mine, row_hash)).alias(f"xor_{i}"))
-    return metrics
+    column ``group`` (a subtask, a restore link), computed in the pass that writes or reads.
+    SQL text, one py4j call each (built from Column objects: a dozen per group, each epoch)."""
+    row_hash = f"xxhash64({', '.join(quoted(c) for c in columns)})"
+    g = quoted(group)
+    return [F.expr(metric) for i in range(groups) for metric in (
+        f"sum(CASE WHEN {g} = {i} THEN 1 ELSE 0 END) AS rows_{i}",
+        f"bit_xor(CASE WHEN {g} = {i} THEN {row_hash} END) AS xor_{i}")]
 
 
 def snapshot_metrics(columns: Sequence[str], parallelism: int, base: int | None) -> list[F.Column]:
