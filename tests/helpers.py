@@ -179,21 +179,36 @@ class CliResult:
     err: str
 
 
+#: patched_env's variables in use: name -> [commands using it, its value before the first]
+_PATCHED: dict[str, list] = {}
+_PATCHED_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def patched_env(values: dict[str, str]):
-    """Set these environment variables, and afterwards put back only them: unlike ``mock.patch.dict``,
-    which clears and refills the whole environment, several threads may do this at once (a thread
-    clearing ``os.environ`` while another sets a variable raised KeyError)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    """Set these environment variables, and once no command in this process uses them any more, put back
+    only them. Several threads may do this at once (tests/catalog/test_serialization.py): unlike
+    ``mock.patch.dict``, which clears and refills the whole environment (another thread setting a variable
+    meanwhile raised KeyError), and unlike putting back what each one found, which unset a variable under a
+    command still running (the first of two overlapping commands put back "unset" while the second ran)."""
+    with _PATCHED_LOCK:
+        for k, v in values.items():
+            users = _PATCHED.setdefault(k, [0, os.environ.get(k)])
+            users[0] += 1
+            os.environ[k] = v
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        with _PATCHED_LOCK:
+            for k in values:
+                users = _PATCHED[k]
+                users[0] -= 1
+                if users[0] == 0:
+                    del _PATCHED[k]
+                    if users[1] is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = users[1]
 
 
 def cli(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> CliResult:

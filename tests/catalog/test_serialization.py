@@ -8,6 +8,7 @@ advisory lock whose connection dropped let a run go on writing beside the run th
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -21,7 +22,7 @@ from coordinator.errors import FencedError
 from coordinator.checkpoints.lease import lease_key, processing_lease
 from coordinator.checkpoints.lifecycle import AckResult, CheckpointStatus, FailureReason
 from coordinator.checkpoints.store import CheckpointStore
-from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace, stage_counts
+from tests.helpers import cli, cli_ok, lost_and_duplicated, make_workspace, patched_env, stage_counts
 
 SLOW = "slow-finalize"
 
@@ -201,3 +202,15 @@ def test_concurrent_finalizes_processes_and_recoveries_lose_and_duplicate_nothin
     assert problems == []
     assert lost_and_duplicated(ws.expected_latest(), ws.committed()) == (0, 0)
     assert ws.store.latest_completed(ws.job.name).checkpoint_id >= 6
+
+
+def test_overlapping_commands_keep_their_environment_until_the_last_one_ends() -> None:
+    """What the threads of the test above rely on: ``cli`` sets the workspace's variables for the command's
+    duration, and a command ending while another still runs leaves them set for it."""
+    first, second = patched_env({"ABS_HOME": "/ws"}), patched_env({"ABS_HOME": "/ws"})
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert os.environ.get("ABS_HOME") == "/ws"  # the second command still runs
+    second.__exit__(None, None, None)
+    assert "ABS_HOME" not in os.environ  # as before either (conftest's _clean_env unsets it)
