@@ -24,6 +24,7 @@ import pytest
 from hypothesis import settings
 from sqlalchemy import create_engine, text
 
+from absreplay.commands import jvm_archive as run_archive
 from coordinator.catalog.db import parse_url, upgrade
 
 # Every JVM the tests start (spark-submit, Airflow's, a standalone cluster's, the shared session's) runs the
@@ -116,6 +117,8 @@ def pytest_configure(config: pytest.Config) -> None:
             if path is None:
                 os.environ[NO_ARCHIVE_ENV] = "it could not be made: see the start of the run's output"
         os.environ.setdefault("JAVA_TOOL_OPTIONS", _jvm_options())
+        # the suite's JVMs map its own archive (above), not one each workspace's first run would dump
+        os.environ.setdefault(run_archive.ARCHIVE_ENV, "off")
     # CI: reproducible examples, no example database left behind, and the blob to replay a failure
     settings.register_profile("ci", derandomize=True, database=None, print_blob=True, deadline=None)
     settings.register_profile("dev", deadline=None)

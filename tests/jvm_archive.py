@@ -18,7 +18,6 @@ without the archive computes the same.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -26,24 +25,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from absreplay.commands import jvm_archive
+
 WARMUP = Path(__file__).with_name("jvm_warmup.py")
-QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+QUIET = jvm_archive.QUIET
 STALE_S = 24 * 3600
 
 
 def archive_path(child_options: str) -> Path:
-    """One archive per installation (Spark's jars, the Java runtime, this Python) and JVM options (they
-    decide which classes a run loads). A JVM checks that the jars are the very files the archive was made
-    from (size and modification time): a reinstalled virtualenv at the same path gets an archive of its
-    own, not one every JVM would silently refuse."""
-    import pyspark
-
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
-    jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar"))
-    stamps = "|".join(f"{j.name}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in jars)
-    key = f"{pyspark.__version__}|{Path(pyspark.__file__).parent}|{java}|{sys.executable}|{child_options}|{stamps}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "absreplay-test-jvm" / f"spark-{digest}.jsa"
+    """One archive per installation and JVM options, named as the command line names its own
+    (``absreplay.commands.jvm_archive``), under the temporary directory."""
+    return jvm_archive.archive_path(Path(tempfile.gettempdir()) / "absreplay-test-jvm", child_options)
 
 
 def ensure(child_options: str) -> Path | None:

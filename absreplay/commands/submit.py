@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import spark_jobs
+from absreplay.commands import jvm_archive
 from absreplay.commands.pyfiles import build_pyfiles_zip
 from spark_jobs.python_path import daemon_confs
 from coordinator.errors import AbsError, ConfigError
@@ -44,14 +45,14 @@ def python_confs() -> list[str]:
     ]
 
 
-def submit_command(settings: Settings, app_args: list[str], app: Path = PROCESS_APP) -> list[str]:
+def submit_command(settings: Settings, app_args: list[str], app: Path = PROCESS_APP, java_options: str = "") -> list[str]:
     return [
         spark_submit_binary(),
         "--master", settings.spark_master,
         "--name", f"absreplay-{app_args[0]}",
         "--driver-memory", os.environ.get("ABS_DRIVER_MEMORY", "2g"),
         "--conf", "spark.ui.enabled=false",
-        "--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
+        "--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG} {java_options}".strip(),
         # the code reaches a cluster's driver and executors the way the DAG ships it
         "--py-files", str(build_pyfiles_zip(settings.home / "pyfiles")),
         *python_confs(),
@@ -64,10 +65,13 @@ def submit_command(settings: Settings, app_args: list[str], app: Path = PROCESS_
 def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_APP) -> int:
     """Run a Spark application of the project in the foreground; returns its exit code."""
     env = {**os.environ, **settings.as_env(), "PYSPARK_PYTHON": sys.executable}
+    java_options, ended = jvm_archive.for_run(settings)  # Spark's classes mapped from an archive, or dumped
     try:
-        return subprocess.run(submit_command(settings, app_args, app), env=env).returncode
+        code = subprocess.run(submit_command(settings, app_args, app, java_options), env=env).returncode
     except OSError as exc:
         raise AbsError(f"could not start spark-submit: {exc}") from None
+    ended(code)
+    return code
 
 
 def run_in_session(spark, app_args: list[str], app: Path = PROCESS_APP) -> int:

@@ -1,4 +1,7 @@
-"""The suite's own speed guard: a Spark JVM started as the tests start one (spark-submit, the JVM options
+"""The command line's class archive (``absreplay.commands.jvm_archive``): a home's first run dumps Spark's
+classes as it exits, and the next one maps them (``-Xshare:on`` makes a JVM that cannot fail).
+
+The suite's own speed guard: a Spark JVM started as the tests start one (spark-submit, the JVM options
 from tests/conftest.py) maps the class archive and has the tests' Spark settings (no generated code, no broadcast
 joins).
 
@@ -16,8 +19,9 @@ import sys
 
 import pytest
 
-from absreplay.commands import submit
-from tests.conftest import ARCHIVE_ENV, NO_ARCHIVE_ENV, SPARK_SETTINGS
+from absreplay.commands import jvm_archive, submit
+from tests.conftest import ARCHIVE_ENV, JVM_OPTIONS, NO_ARCHIVE_ENV, SPARK_SETTINGS
+from tests.helpers import ABSREPLAY, make_workspace
 
 APP = """import json
 from pyspark.sql import SparkSession
@@ -39,3 +43,26 @@ def test_a_spark_submit_maps_the_class_archive_and_has_the_tests_spark_settings(
         env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == SPARK_SETTINGS
+
+
+@pytest.mark.spark  # two Spark applications of their own
+def test_a_homes_first_run_dumps_sparks_classes_and_the_next_run_maps_them(tmp_path, sqlite_url) -> None:
+    ws = make_workspace(tmp_path, sqlite_url)
+    folder = tmp_path / "jvm"
+    # not the suite's archive: a JVM dumps only on top of the JDK's own
+    env = {**os.environ, **ws.env(), jvm_archive.ARCHIVE_ENV: str(folder), "JAVA_TOOL_OPTIONS": JVM_OPTIONS}
+
+    def process(**more: str) -> None:
+        proc = subprocess.run([ABSREPLAY, "process", "wordcount"], env={**env, **more}, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    for batch in range(2):
+        ws.land(batch, lines=40)
+        ws.coordinator.inject()
+        # the second run's driver (SPARK_SUBMIT_OPTS: the driver JVM, not spark-submit's launcher) fails
+        # unless it maps the archive the first one left
+        process(**({"SPARK_SUBMIT_OPTS": "-Xshare:on"} if batch else {}))
+        assert [p.name for p in folder.iterdir()] == [jvm_archive.archive_path(folder, JVM_OPTIONS).name]
+    ws.coordinator.finalize()
+    assert ws.committed() == ws.expected_at(2)
