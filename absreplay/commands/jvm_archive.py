@@ -61,10 +61,14 @@ def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
     path = archive_path(folder, os.environ.get("JAVA_TOOL_OPTIONS", ""))
     if path.exists():
         return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*.tmp"):
-        if time.time() - old.stat().st_mtime > STALE_DUMP_S:
-            old.unlink(missing_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.tmp"):
+            if time.time() - old.stat().st_mtime > STALE_DUMP_S:
+                old.unlink(missing_ok=True)
+    except OSError as exc:  # only speed depends on it
+        print(f"no archive of Spark's classes ({exc}): this run loads them one by one", flush=True)
+        return "", lambda _code: None
     dump = path.with_suffix(f".{os.getpid()}.tmp")
     print(f"first run of this installation: Spark's classes are saved to {path} as it ends (once; later runs "
           "start faster)", flush=True)

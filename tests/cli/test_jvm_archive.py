@@ -66,3 +66,14 @@ def test_a_homes_first_run_dumps_sparks_classes_and_the_next_run_maps_them(tmp_p
         assert [p.name for p in folder.iterdir()] == [jvm_archive.archive_path(folder, JVM_OPTIONS).name]
     ws.coordinator.finalize()
     assert ws.committed() == ws.expected_at(2)
+
+
+def test_an_archive_folder_that_cannot_be_made_only_costs_speed(tmp_path, monkeypatch, capsys) -> None:
+    from coordinator.settings import Settings
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "a-file" / "jvm"))
+    options, ended = jvm_archive.for_run(Settings.from_env({"ABS_HOME": str(tmp_path)}))
+    ended(0)
+    assert options == ""
+    assert "no archive of Spark's classes" in capsys.readouterr().out
