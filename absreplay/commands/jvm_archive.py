@@ -4,8 +4,9 @@ Most of a small run's time is its JVM loading and verifying Spark's classes: eac
 is a spark-submit of its own (as each run of the epochs DAG is). JDK 17 can dump the classes a run
 loaded (``-XX:ArchiveClassesAtExit``) and map them into later JVMs (``-XX:SharedArchiveFile``). So the
 first application a home starts dumps them as it exits, and every later one maps them. On a 2-core
-machine, a one-epoch ``absreplay process wordcount`` with Spark's JVM defaults took 24.6 and 25.1 s (35
-CPU-s) with the archive against 32.7 and 35.2 s (47-51 CPU-s) without; the run that dumps it, 60 s, once.
+machine, an ``absreplay process`` of one epoch (600 records) with Spark's JVM defaults took 24.6 and
+25.1 s (35 CPU-s) with the archive against 32.7 and 35.2 s (47-51 CPU-s) without; the run that dumps it,
+60 s, once.
 
 The archive lives in ``ABS_JVM_ARCHIVE`` (a folder; ``off``: none), by default ``<ABS_HOME>/jvm``, one
 file per installation (Spark's jars, the Java runtime, this Python): a JVM maps only an archive made from
