@@ -22,14 +22,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from absreplay.commands import jvm_archive
 
 WARMUP = Path(__file__).with_name("jvm_warmup.py")
 QUIET = jvm_archive.QUIET
-STALE_S = 24 * 3600
 
 
 def archive_path(child_options: str) -> Path:
@@ -58,11 +56,7 @@ def ensure(child_options: str) -> Path | None:
         print(f"no JVM class archive (tests run without it): {done.stdout[-500:]}{done.stderr[-2000:]}")
         partial.unlink(missing_ok=True)
         return None
-    os.replace(partial, path)
-    # each is about 170 MB: older installations' archives go (a JVM using one keeps its mapping)
-    for old in path.parent.glob("spark-*.jsa"):
-        if old != path and time.time() - old.stat().st_mtime > STALE_S:
-            old.unlink(missing_ok=True)
+    jvm_archive.put_in_place(partial, path)
     return path
 
 

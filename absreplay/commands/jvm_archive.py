@@ -32,6 +32,8 @@ ARCHIVE_ENV = "ABS_JVM_ARCHIVE"
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: a dump left by a run killed as it exited is removed after this long
 STALE_DUMP_S = 3600
+#: another installation's archive (a reinstall's predecessor) is removed after this long unused
+STALE_ARCHIVE_S = 24 * 3600
 
 
 def spark_jars() -> Path:
@@ -76,7 +78,16 @@ def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
 
     def done(code: int) -> None:
         if code == 0 and dump.exists():
-            os.replace(dump, path)
+            put_in_place(dump, path)
         dump.unlink(missing_ok=True)
 
     return f"-XX:ArchiveClassesAtExit={dump} {QUIET}", done
+
+
+def put_in_place(dump: Path, path: Path) -> None:
+    """``dump`` becomes the archive ``path``; the other installations' archives beside it (about 160 MB each,
+    a reinstall's predecessors) go once a day old: a JVM mapping one keeps its mapping."""
+    os.replace(dump, path)
+    for old in path.parent.glob("spark-*.jsa"):
+        if old != path and time.time() - old.stat().st_mtime > STALE_ARCHIVE_S:
+            old.unlink(missing_ok=True)

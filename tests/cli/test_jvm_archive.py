@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -49,6 +50,10 @@ def test_a_spark_submit_maps_the_class_archive_and_has_the_tests_spark_settings(
 def test_a_homes_first_run_dumps_sparks_classes_and_the_next_run_maps_them(tmp_path, sqlite_url) -> None:
     ws = make_workspace(tmp_path, sqlite_url)
     folder = tmp_path / "jvm"
+    folder.mkdir()
+    gone = folder / "spark-0123456789abcdef.jsa"  # a reinstall's predecessor, two days old
+    gone.write_text("")
+    os.utime(gone, (time.time() - 2 * 86400,) * 2)
     # not the suite's archive: a JVM dumps only on top of the JDK's own
     env = {**os.environ, **ws.env(), jvm_archive.ARCHIVE_ENV: str(folder), "JAVA_TOOL_OPTIONS": JVM_OPTIONS}
 
