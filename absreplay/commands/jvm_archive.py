@@ -42,12 +42,18 @@ def spark_jars() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
+def java_binary() -> str:
+    """The Java that spark-submit runs (``bin/spark-class``): ``$JAVA_HOME/bin/java``, else ``java`` on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    return f"{home}/bin/java" if home else "java"
+
+
 def archive_path(folder: Path, options: str = "") -> Path:
     """The archive for this installation and JVM ``options`` in ``folder``. A JVM checks that the jars are
     the files the archive was made from (size and modification time): a reinstall gets an archive of its
     own rather than one every JVM would refuse."""
     quiet = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}  # else its line is in the output
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, env=quiet).stderr
+    java = subprocess.run([java_binary(), "-version"], capture_output=True, text=True, env=quiet).stderr
     jars = sorted(spark_jars().glob("*.jar"))
     stamps = "|".join(f"{j.name}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in jars)
     key = f"{importlib.metadata.version('pyspark')}|{spark_jars()}|{java}|{sys.executable}|{options}|{stamps}"
@@ -61,15 +67,15 @@ def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
     if where == "off":
         return "", lambda _code: None
     folder = Path(where)
-    path = archive_path(folder, os.environ.get("JAVA_TOOL_OPTIONS", ""))
-    if path.exists():
-        return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
     try:
+        path = archive_path(folder, os.environ.get("JAVA_TOOL_OPTIONS", ""))
+        if path.exists():
+            return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("*.tmp"):
             if time.time() - old.stat().st_mtime > STALE_DUMP_S:
                 old.unlink(missing_ok=True)
-    except OSError as exc:  # only speed depends on it
+    except OSError as exc:  # no Java to ask, a folder that cannot be made: only speed depends on it
         print(f"no archive of Spark's classes ({exc}): this run loads them one by one", flush=True)
         return "", lambda _code: None
     dump = path.with_suffix(f".{os.getpid()}.tmp")

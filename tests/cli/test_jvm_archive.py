@@ -73,11 +73,17 @@ def test_a_homes_first_run_dumps_sparks_classes_and_the_next_run_maps_them(tmp_p
     assert ws.committed() == ws.expected_at(2)
 
 
-def test_an_archive_folder_that_cannot_be_made_only_costs_speed(tmp_path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize("broken", ["folder", "java"])
+def test_an_archive_folder_that_cannot_be_made_or_no_java_to_ask_only_costs_speed(
+        broken, tmp_path, monkeypatch, capsys) -> None:
     from coordinator.settings import Settings
 
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "a-file" / "jvm"))
+    if broken == "folder":
+        monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "a-file" / "jvm"))
+    else:  # spark-submit would say so itself
+        monkeypatch.delenv(jvm_archive.ARCHIVE_ENV)  # the default folder, under ABS_HOME
+        monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
     options, ended = jvm_archive.for_run(Settings.from_env({"ABS_HOME": str(tmp_path)}))
     ended(0)
     assert options == ""
