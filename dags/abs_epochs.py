@@ -3,7 +3,7 @@
 Wiring only. Scheduled on the job's barrier asset, one run at a time: a run
 replays all pending epochs in order (catch-up), so barriers injected while a
 run was busy or failing are processed by the next one. A SparkSubmitOperator
-(``lineage.ProcessingRun``, which reports the job's sources and sinks to
+(``processing_run.ProcessingRun``, which reports the job's sources and sinks to
 OpenLineage; connection ``spark_default``, whose host/port give the master)
 runs ``spark_jobs/process.py``; the project's code travels as a ``--py-files`` zip
 and the catalog settings reach the driver as environment variables. Every
@@ -21,7 +21,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, dag, task
 
 from absreplay.airflow import orchestration, sink_assets
-from absreplay.airflow.lineage import ProcessingRun
+from absreplay.airflow.processing_run import ProcessingRun
 from absreplay.commands.submit import PROCESS_APP
 from absreplay.job_discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition

@@ -8,9 +8,9 @@ The suite starts well over a hundred such JVMs (every ``absreplay`` command run 
 a process, Airflow's spark-submits, the shared session).
 
 The archive is made once per machine and Spark/Java/Python installation, by a
-spark-submit of ``jvm_warmup.py`` (a session, a shuffle, Parquet, an Arrow UDF),
-under the temporary directory (archives of other installations older than a day are
-removed then). A JVM whose classpath does not match (Spark's
+spark-submit of ``spark_jobs/jvm_warmup.py`` (``absreplay.commands.jvm_archive.make``, which
+makes the demo's archive too), under the temporary directory (archives of other installations
+older than a day are removed then). A JVM whose classpath does not match (Spark's
 launcher, a standalone cluster's daemons) just runs without it: the archive's log
 lines are off, so nothing is printed about it. Only speed depends on it: a run
 without the archive computes the same.
@@ -19,14 +19,12 @@ without the archive computes the same.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from absreplay.commands import jvm_archive
 
-WARMUP = Path(__file__).with_name("jvm_warmup.py")
 QUIET = jvm_archive.QUIET
 
 
@@ -43,20 +41,14 @@ def ensure(child_options: str) -> Path | None:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
     from absreplay.commands import submit
 
     env = {**os.environ, "JAVA_TOOL_OPTIONS": child_options, "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run(
-        [submit.spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false", *submit.python_confs(),
-         # the driver JVM alone dumps (not spark-submit's launcher JVM)
-         "--driver-java-options", f"-XX:ArchiveClassesAtExit={partial} {QUIET}", str(WARMUP)],
-        env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0 or not partial.exists():
-        print(f"no JVM class archive (tests run without it): {done.stdout[-500:]}{done.stderr[-2000:]}")
-        partial.unlink(missing_ok=True)
+    error = jvm_archive.make(path, [submit.spark_submit_binary(), "--master", "local[2]", "--conf",
+                                    "spark.ui.enabled=false", *submit.python_confs()], env)
+    if error is not None:
+        print(f"no JVM class archive (tests run without it): {error}")
         return None
-    jvm_archive.put_in_place(partial, path)
     return path
 
 

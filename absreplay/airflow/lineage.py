@@ -1,7 +1,7 @@
 """A processing run's lineage for OpenLineage: the job's sources in, its sinks out, with their schemas.
 
-The epochs DAG's ``process_epochs`` task is a ``ProcessingRun`` (a SparkSubmitOperator that knows
-its job): when it succeeds, the OpenLineage provider's listener asks it for its lineage
+The epochs DAG's ``process_epochs`` task is a ``ProcessingRun`` (``processing_run``: a
+SparkSubmitOperator that knows its job): when it succeeds, the OpenLineage provider's listener asks it for its lineage
 (``get_openlineage_facets_on_complete``) and sends a COMPLETE event whose inputs are the job's
 sources and whose outputs are its sinks, each with a schema facet, to the transport configured in
 ``[openlineage]`` (Marquez, a file, the console...). Lineage tools then draw source -> job -> sink.
@@ -23,8 +23,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
-
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
@@ -81,16 +79,3 @@ def lineage(job: JobDefinition, settings: Settings) -> Any:
                for sink in job.sinks]
     return OperatorLineage(inputs=inputs, outputs=outputs)
 
-
-class ProcessingRun(SparkSubmitOperator):
-    """``spark_jobs/process.py`` of one job through spark-submit, reporting the job's lineage."""
-
-    def __init__(self, *, job_name: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.job_name = job_name
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        from absreplay.airflow.orchestration import airflow_settings
-        from absreplay.job_discovery import get_job
-
-        return lineage(get_job(self.job_name), airflow_settings())

@@ -8,6 +8,7 @@ The job is found by discovery like any job, and brings its sample data and refer
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from absreplay.commands import views
+from absreplay.commands import jvm_archive, views
 from absreplay.commands.context import JobContext, job_context
 from absreplay.demo_data import DemoData
 from absreplay.commands.submit import run_processing
@@ -83,12 +84,19 @@ def demo_catalog(settings: Settings) -> tuple[JobContext, DemoData, Path]:
     return ctx, demo_data(ctx.job), source.input_dir(settings.data_dir, JOB)
 
 
-def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
+def demo_settings(name: str) -> Settings:
+    """A fresh home ``$ABS_HOME/<name>`` for one demo. Its runs map Spark's classes from the archive in
+    ``$ABS_HOME/jvm`` (``absreplay.commands.jvm_archive``), which outlives the demo's home."""
     base = Settings.from_env()
-    home = base.home / "demo"
+    home = base.home / name
     shutil.rmtree(home, ignore_errors=True)
-    settings = Settings.from_env({"ABS_HOME": str(home), "ABS_SPARK_MASTER": base.spark_master})
-    out.print(f"[bold]ABS Replay demo[/] in {home} (SQLite catalog, local Spark, local state)")
+    os.environ.setdefault(jvm_archive.ARCHIVE_ENV, str(base.home / "jvm"))
+    return Settings.from_env({"ABS_HOME": str(home), "ABS_SPARK_MASTER": base.spark_master})
+
+
+def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
+    settings = demo_settings("demo")
+    out.print(f"[bold]ABS Replay demo[/] in {settings.home} (SQLite catalog, local Spark, local state)")
     ctx, data, input_dir = demo_catalog(settings)
     t0 = time.perf_counter()
     for batch in range(batches):

@@ -1,4 +1,4 @@
-"""A class-data-sharing archive of Spark's classes for the applications the command line starts.
+"""A class-data-sharing archive of Spark's classes for the applications the command line and the DAGs start.
 
 Most of a small run's time is its JVM loading and verifying Spark's classes: each ``absreplay process``
 is a spark-submit of its own (as each run of the epochs DAG is). JDK 17 can dump the classes a run
@@ -6,7 +6,8 @@ loaded (``-XX:ArchiveClassesAtExit``) and map them into later JVMs (``-XX:Shared
 first application a home starts dumps them as it exits, and every later one maps them. On a 2-core
 machine, an ``absreplay process`` of one epoch (600 records) with Spark's JVM defaults took 24.6 and
 25.1 s (35 CPU-s) with the archive against 32.7 and 35.2 s (47-51 CPU-s) without; the run that dumps it,
-60 s, once.
+60 s, once. The epochs DAG's ``process_epochs`` does the same (``absreplay.airflow.processing_run``);
+``make`` dumps an archive ahead of the runs with an application of its own (the Airflow demo, the tests).
 
 The archive lives in ``ABS_JVM_ARCHIVE`` (a folder; ``off``: none), by default ``<ABS_HOME>/jvm``, one
 file per installation (Spark's jars, the Java runtime, this Python): a JVM maps only an archive made from
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import spark_jobs
 from coordinator.settings import Settings
 
 ARCHIVE_ENV = "ABS_JVM_ARCHIVE"
@@ -34,6 +36,8 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 STALE_DUMP_S = 3600
 #: another installation's archive (a reinstall's predecessor) is removed after this long unused
 STALE_ARCHIVE_S = 24 * 3600
+#: the application that makes an archive ahead of the runs (``make``)
+WARMUP_APP = Path(spark_jobs.__file__).resolve().parent / "jvm_warmup.py"
 
 
 def spark_jars() -> Path:
@@ -60,24 +64,34 @@ def archive_path(folder: Path, options: str = "") -> Path:
     return folder / f"spark-{hashlib.sha256(key.encode()).hexdigest()[:16]}.jsa"
 
 
-def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
-    """The driver's JVM options for a run, and what to call with its exit code once it ended: map the
-    archive, or dump it (to a file of this process's own, put in place only by a run that succeeded)."""
+def wanted(settings: Settings) -> Path | None:
+    """The archive runs of ``settings`` map, existing or not; None when it is off or cannot be had (a
+    folder that cannot be made, no Java to ask: said in one line, as only speed depends on it)."""
     where = os.environ.get(ARCHIVE_ENV) or str(settings.home / "jvm")
     if where == "off":
-        return "", lambda _code: None
+        return None
     folder = Path(where)
     try:
         path = archive_path(folder, os.environ.get("JAVA_TOOL_OPTIONS", ""))
-        if path.exists():
-            return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in folder.glob("*.tmp"):
-            if time.time() - old.stat().st_mtime > STALE_DUMP_S:
-                old.unlink(missing_ok=True)
-    except OSError as exc:  # no Java to ask, a folder that cannot be made: only speed depends on it
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.glob("*.tmp"):
+                if time.time() - old.stat().st_mtime > STALE_DUMP_S:
+                    old.unlink(missing_ok=True)
+    except OSError as exc:
         print(f"no archive of Spark's classes ({exc}): this run loads them one by one", flush=True)
+        return None
+    return path
+
+
+def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
+    """The driver's JVM options for a run, and what to call with its exit code once it ended: map the
+    archive, or dump it (to a file of this process's own, put in place only by a run that succeeded)."""
+    path = wanted(settings)
+    if path is None:
         return "", lambda _code: None
+    if path.exists():
+        return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
     dump = path.with_suffix(f".{os.getpid()}.tmp")
     print(f"first run of this installation: Spark's classes are saved to {path} as it ends (once; later runs "
           "start faster)", flush=True)
@@ -88,6 +102,23 @@ def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
         dump.unlink(missing_ok=True)
 
     return f"-XX:ArchiveClassesAtExit={dump} {QUIET}", done
+
+
+def make(path: Path, submit: list[str], env: dict[str, str]) -> str | None:
+    """Dump the archive ``path`` now with a small application of its own (``spark_jobs/jvm_warmup.py``: a
+    session, shuffles, a join, Parquet, an Arrow UDF), started by ``submit`` (spark-submit and its options,
+    with ``env``). None once it is in place, else why it is not."""
+    dump = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        done = subprocess.run([*submit, "--driver-java-options", f"-XX:ArchiveClassesAtExit={dump} {QUIET}",
+                               str(WARMUP_APP)], env=env, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = subprocess.CompletedProcess([], 1, "", str(exc))
+    if done.returncode != 0 or not dump.exists():
+        dump.unlink(missing_ok=True)
+        return (done.stdout[-500:] + done.stderr[-2000:]).strip() or f"exit code {done.returncode}"
+    put_in_place(dump, path)
+    return None
 
 
 def put_in_place(dump: Path, path: Path) -> None:

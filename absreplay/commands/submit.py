@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import spark_jobs
@@ -72,6 +73,21 @@ def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_
         raise AbsError(f"could not start spark-submit: {exc}") from None
     ended(code)
     return code
+
+
+def make_jvm_archive(settings: Settings) -> str | None:
+    """Make the archive of Spark's classes that runs of ``settings`` map, now and with an application of
+    its own, if it is missing (the Airflow demo makes it beside Airflow's database migration, so that no
+    run of its DAGs dumps it). A line saying what happened, or None when there was nothing to do."""
+    path = jvm_archive.wanted(settings)
+    if path is None or path.exists():
+        return None
+    started = time.perf_counter()
+    error = jvm_archive.make(path, [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                                    *python_confs()], {**os.environ, "PYSPARK_PYTHON": sys.executable})
+    if error is not None:
+        return f"no archive of Spark's classes ({error.splitlines()[-1]}): runs load them one by one"
+    return f"Spark's classes saved to {path} in {time.perf_counter() - started:.0f}s (once): runs map them"
 
 
 def run_in_session(spark, app_args: list[str], app: Path = PROCESS_APP) -> int:
