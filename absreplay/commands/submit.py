@@ -77,8 +77,8 @@ def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_
 
 def make_jvm_archive(settings: Settings) -> str | None:
     """Make the archive of Spark's classes that runs of ``settings`` map, now and with an application of
-    its own, if it is missing (the Airflow demo makes it beside Airflow's database migration, so that no
-    run of its DAGs dumps it). A line saying what happened, or None when there was nothing to do."""
+    its own, if it is missing (the Airflow demo makes it while Airflow migrates its database and runs the
+    first barriers, so that no run of its DAGs dumps it). A line saying what happened, or None when there was nothing to do."""
     path = jvm_archive.wanted(settings)
     if path is None or path.exists():
         return None

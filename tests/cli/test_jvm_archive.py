@@ -88,3 +88,22 @@ def test_an_archive_folder_that_cannot_be_made_or_no_java_to_ask_only_costs_spee
     ended(0)
     assert options == ""
     assert "no archive of Spark's classes" in capsys.readouterr().out
+
+
+def test_an_archive_made_ahead_of_the_runs_is_made_once_and_a_failure_leaves_nothing(tmp_path, monkeypatch) -> None:
+    """``submit.make_jvm_archive`` (the Airflow demo's): a spark-submit that fails costs a line, not the
+    demo, and leaves no file; an archive in place is not made again. (Its real dump is the tests' own
+    archive, made by ``tests.jvm_archive.ensure`` through ``jvm_archive.make``.)"""
+    from coordinator.settings import Settings
+
+    settings = Settings.from_env({"ABS_HOME": str(tmp_path)})
+    monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "jvm"))
+    failing = tmp_path / "spark-submit"
+    failing.write_text("#!/bin/sh\necho 'Error: the JVM could not start' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setattr(submit, "spark_submit_binary", lambda: str(failing))
+    line = submit.make_jvm_archive(settings)
+    assert line == "no archive of Spark's classes (Error: the JVM could not start): runs load them one by one"
+    assert list((tmp_path / "jvm").iterdir()) == []
+    jvm_archive.wanted(settings).write_bytes(b"an archive")
+    assert submit.make_jvm_archive(settings) is None
