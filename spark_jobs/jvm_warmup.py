@@ -1,7 +1,7 @@
 """The Spark application whose loaded classes make an archive of Spark's classes ahead of the runs
-(``absreplay.commands.jvm_archive.make``: the demo's, the tests'): what the project's runs do, in small: a session, shuffles and aggregates, a join, Parquet written and
-read (through spark_jobs.local_fs's file system, as every run), an Arrow UDF (a Python worker), a local
-checkpoint and a collect."""
+(``absreplay.commands.jvm_archive.make``: the Airflow demo's, the tests'): what the project's runs do, in
+small: a session, shuffles and aggregates, a join, Parquet written and read (through spark_jobs.local_fs's
+file system, as every run), an Arrow UDF (a Python worker), a local checkpoint and a collect."""
 
 import sys
 import tempfile

@@ -18,8 +18,6 @@ without the archive computes the same.
 
 from __future__ import annotations
 
-import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -43,9 +41,7 @@ def ensure(child_options: str) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     from absreplay.commands import submit
 
-    env = {**os.environ, "JAVA_TOOL_OPTIONS": child_options, "PYSPARK_PYTHON": sys.executable}
-    error = jvm_archive.make(path, [submit.spark_submit_binary(), "--master", "local[2]", "--conf",
-                                    "spark.ui.enabled=false", *submit.python_confs()], env)
+    error = submit.dump_jvm_archive(path, {"JAVA_TOOL_OPTIONS": child_options})
     if error is not None:
         print(f"no JVM class archive (tests run without it): {error}")
         return None

@@ -75,16 +75,22 @@ def run_processing(settings: Settings, app_args: list[str], app: Path = PROCESS_
     return code
 
 
+def dump_jvm_archive(path: Path, env: dict[str, str] | None = None) -> str | None:
+    """Dump the archive of Spark's classes ``path`` now, with the warm-up application on a local master
+    (``jvm_archive.make``), ``env`` added to this process's. None once it is in place, else why it is not."""
+    submit = [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false", *python_confs()]
+    return jvm_archive.make(path, submit, {**os.environ, **(env or {}), "PYSPARK_PYTHON": sys.executable})
+
+
 def make_jvm_archive(settings: Settings) -> str | None:
-    """Make the archive of Spark's classes that runs of ``settings`` map, now and with an application of
-    its own, if it is missing (the Airflow demo makes it while Airflow migrates its database and runs the
-    first barriers, so that no run of its DAGs dumps it). A line saying what happened, or None when there was nothing to do."""
+    """Make the archive of Spark's classes that runs of ``settings`` map, if it is missing (the Airflow demo
+    makes it while Airflow migrates its database and runs the first barriers, so that no run of its DAGs
+    dumps it). A line saying what happened, or None when there was nothing to do."""
     path = jvm_archive.wanted(settings)
     if path is None or path.exists():
         return None
     started = time.perf_counter()
-    error = jvm_archive.make(path, [spark_submit_binary(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                                    *python_confs()], {**os.environ, "PYSPARK_PYTHON": sys.executable})
+    error = dump_jvm_archive(path)
     if error is not None:
         return f"no archive of Spark's classes ({error.splitlines()[-1]}): runs load them one by one"
     return f"Spark's classes saved to {path} in {time.perf_counter() - started:.0f}s (once): runs map them"
