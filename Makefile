@@ -61,8 +61,9 @@ jvm-archive: $(VENV)/.installed
 demo: install
 	$(BIN)/absreplay demo
 
-# Chromium's install (apt-get, on a fresh machine only) beside the project's (uv, about 40 s on a fresh
-# machine) and beside the tests' JVM class archive that follows it (tests/jvm_archive.py, about 30 s of one core)
+# Chromium's install (apt-get, on a fresh machine only) beside the project's (uv: 2 s from its cache, about
+# 40 s on a fresh machine), then the bytecode beside the tests' JVM class archive (tests/jvm_archive.py, about
+# 30 s of one core)
 test:
 	$(MAKE) -j2 chromium install jvm-archive
 	$(BIN)/ruff check .
