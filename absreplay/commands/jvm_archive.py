@@ -92,14 +92,23 @@ def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
         return "", lambda _code: None
     if path.exists():
         return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
-    dump = path.with_suffix(f".{os.getpid()}.tmp")
     print(f"first run of this installation: Spark's classes are saved to {path} as it ends (once; later runs "
           "start faster)", flush=True)
+    return dumping(path)
 
-    def done(code: int) -> None:
+
+def dumping(path: Path) -> tuple[str, Callable[[int], bool]]:
+    """JVM options that dump the archive ``path`` as the JVM exits, to a file of this process's own, and what
+    to call with the application's exit code: puts the dump in place if it succeeded and left one, else
+    removes it; True once the archive is in place."""
+    dump = path.with_suffix(f".{os.getpid()}.tmp")
+
+    def done(code: int) -> bool:
         if code == 0 and dump.exists():
             put_in_place(dump, path)
+            return True
         dump.unlink(missing_ok=True)
+        return False
 
     return f"-XX:ArchiveClassesAtExit={dump} {QUIET}", done
 
@@ -108,17 +117,15 @@ def make(path: Path, submit: list[str], env: dict[str, str]) -> str | None:
     """Dump the archive ``path`` now with a small application of its own (``spark_jobs/jvm_warmup.py``: a
     session, shuffles, a join, Parquet, an Arrow UDF), started by ``submit`` (spark-submit and its options,
     with ``env``). None once it is in place, else why it is not."""
-    dump = path.with_suffix(f".{os.getpid()}.tmp")
+    options, done = dumping(path)
     try:
-        done = subprocess.run([*submit, "--driver-java-options", f"-XX:ArchiveClassesAtExit={dump} {QUIET}",
-                               str(WARMUP_APP)], env=env, capture_output=True, text=True, timeout=600)
+        ran = subprocess.run([*submit, "--driver-java-options", options, str(WARMUP_APP)], env=env,
+                             capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        done = subprocess.CompletedProcess([], 1, "", str(exc))
-    if done.returncode != 0 or not dump.exists():
-        dump.unlink(missing_ok=True)
-        return (done.stdout[-500:] + done.stderr[-2000:]).strip() or f"exit code {done.returncode}"
-    put_in_place(dump, path)
-    return None
+        ran = subprocess.CompletedProcess([], 1, "", str(exc))
+    if done(ran.returncode):
+        return None
+    return (ran.stdout[-500:] + ran.stderr[-2000:]).strip() or f"exit code {ran.returncode}"
 
 
 def put_in_place(dump: Path, path: Path) -> None:
