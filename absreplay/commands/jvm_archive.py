@@ -84,14 +84,15 @@ def wanted(settings: Settings) -> Path | None:
     return path
 
 
-def for_run(settings: Settings) -> tuple[str, Callable[[int], None]]:
+def for_run(settings: Settings) -> tuple[str, Callable[[int], bool]]:
     """The driver's JVM options for a run, and what to call with its exit code once it ended: map the
-    archive, or dump it (to a file of this process's own, put in place only by a run that succeeded)."""
+    archive, or dump it (to a file of this process's own, put in place only by a run that succeeded). That
+    call says whether it put an archive in place (``dumping``)."""
     path = wanted(settings)
     if path is None:
-        return "", lambda _code: None
+        return "", lambda _code: False
     if path.exists():
-        return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: None
+        return f"-XX:SharedArchiveFile={path} {QUIET}", lambda _code: False
     print(f"first run of this installation: Spark's classes are saved to {path} as it ends (once; later runs "
           "start faster)", flush=True)
     return dumping(path)
