@@ -34,11 +34,8 @@ from coordinator.catalog.db import parse_url, upgrade
 # tests/operators/test_operators.py), and the tests' plans are new to it nearly every time, so what it
 # compiled rarely ran long enough to pay off. 79 in-process tests on three workers, A/B/A/B: 215 and 232 s
 # (410 and 445 CPU-s) against 255 and 244 s (496 and 476 CPU-s) with the server compiler.
-# The client compiler alone gets a 48 MB code cache (tiered compilation's is 240 MB), which a shared session
-# filled within 75 s (jcmd Compiler.codecache: max_used 48,371 of 49,152 KB): from then on the JVM flushed
-# compiled methods and compiled them again as they came back, and C1 was 13-18% of each shared session's CPU
-# (perf, over three operator test files). With the 240 MB cache, five in-process and kill test files on one
-# worker took 140 and 125 CPU-s against 148 and 143 (A/B/A/B, all processes).
+# The client compiler alone gets a 48 MB code cache, which a shared session fills within 75 s and then flushes
+# and recompiles: tiered compilation's 240 MB instead (figures: docs/testing.md).
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by `make test` or pytest_configure.
 #
 # Spark settings of every JVM the tests start, the shared session's too. The tests' epochs hold tens to
