@@ -46,7 +46,8 @@ def test_a_spark_submit_maps_the_class_archive_and_has_the_tests_spark_settings(
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == SPARK_SETTINGS
 
 
-@pytest.mark.spark  # two Spark applications of their own
+@pytest.mark.spark  # two Spark applications of their own: the first dumps the classes as it exits
+@pytest.mark.heavy(seconds=60)
 def test_a_homes_first_run_dumps_sparks_classes_and_the_next_run_maps_them(tmp_path, sqlite_url) -> None:
     ws = make_workspace(tmp_path, sqlite_url)
     folder = tmp_path / "jvm"
