@@ -12,7 +12,7 @@ PYTEST := $(BIN)/python -m pytest
 # the project's own modules, compiled to bytecode before a run (see `bytecode` below)
 SOURCES := $(wildcard absreplay absreplay_examples coordinator spark_jobs migrations dags jobs tests bench)
 
-.PHONY: demo test test-fast soak install chromium bytecode jvm-archive
+.PHONY: demo test test-fast soak install chromium postgres bytecode jvm-archive
 
 install: $(VENV)/.installed $(VENV)/.compiled bytecode
 
@@ -54,8 +54,13 @@ bytecode: $(VENV)/.installed
 chromium: /usr/bin/chromedriver
 
 /usr/bin/chromedriver:
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
+	apt-get -o DPkg::Lock::Timeout=600 update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends chromium chromium-driver
+
+# the PostgreSQL server of the tests (Debian's package), installed where missing and started on
+# 127.0.0.1:5432 with trust auth
+postgres:
+	bash tests/servers/postgres.sh
 
 jvm-archive: $(VENV)/.installed
 	$(BIN)/python -m tests.jvm_archive
@@ -67,7 +72,7 @@ demo: install
 # 40 s on a fresh machine), then the bytecode beside the tests' JVM class archive (tests/jvm_archive.py, about
 # 30 s of one core)
 test:
-	$(MAKE) -j2 chromium install jvm-archive
+	$(MAKE) -j2 chromium postgres install jvm-archive
 	$(BIN)/ruff check .
 	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
