@@ -8,7 +8,9 @@ content-addressed (``absreplay-pyfiles-<sha256 prefix>.zip``) and byte-for-byte
 reproducible, so a cache directory (``$ABS_HOME/pyfiles`` by default) holds one
 zip per version of the code and a rebuild happens only when a source changes.
 It is written under a temporary name and renamed, so concurrent builders never
-expose a half-written file.
+expose a half-written file. A cache directory that cannot be written (a read-only
+``ABS_HOME``) gives way to one under the temporary directory: the zip is a cache,
+never a reason for a command to fail.
 """
 
 from __future__ import annotations
@@ -64,17 +66,26 @@ def shipped_packages() -> tuple[str, ...]:
 
 def build_pyfiles_zip(cache_dir: Path, packages: tuple[str, ...] | None = None) -> Path:
     """The zip of ``packages`` (default: ``shipped_packages()``) in ``cache_dir``, built if this
-    version of the code has none yet."""
+    version of the code has none yet; in a folder under the temporary directory where ``cache_dir``
+    cannot be written."""
     files = sources(packages or shipped_packages())
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    target = cache_dir / f"{PREFIX}{digest(files)[:16]}.zip"
+    name = f"{PREFIX}{digest(files)[:16]}.zip"
+    try:
+        return _cached(cache_dir, name, files)
+    except OSError:
+        return _cached(Path(tempfile.gettempdir()) / f"absreplay-pyfiles-{os.getuid()}", name, files)
+
+
+def _cached(cache_dir: Path, name: str, files: list[tuple[str, Path]]) -> Path:
+    target = cache_dir / name
     if target.exists():
         return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".building-", suffix=".zip", dir=cache_dir)
     try:
         with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as zf:
-            for name, path in files:
-                info = zipfile.ZipInfo(name, date_time=EPOCH)
+            for entry, path in files:
+                info = zipfile.ZipInfo(entry, date_time=EPOCH)
                 info.compress_type = zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
                 zf.writestr(info, path.read_bytes())

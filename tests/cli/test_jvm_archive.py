@@ -80,6 +80,7 @@ def test_an_archive_folder_that_cannot_be_made_or_no_java_to_ask_only_costs_spee
     from coordinator.settings import Settings
 
     (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", JVM_OPTIONS)  # not the suite's archive, which a run would leave alone
     if broken == "folder":
         monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "a-file" / "jvm"))
     else:  # spark-submit would say so itself
@@ -99,6 +100,7 @@ def test_an_archive_made_ahead_of_the_runs_is_made_once_and_a_failure_leaves_not
 
     settings = Settings.from_env({"ABS_HOME": str(tmp_path)})
     monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "jvm"))
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", JVM_OPTIONS)  # not the suite's archive, which a run would leave alone
     failing = tmp_path / "spark-submit"
     failing.write_text("#!/bin/sh\necho 'Error: the JVM could not start' >&2\nexit 1\n")
     failing.chmod(0o755)
