@@ -12,7 +12,7 @@ PYTEST := $(BIN)/python -m pytest
 # the project's own modules, compiled to bytecode before a run (see `bytecode` below)
 SOURCES := $(wildcard absreplay absreplay_examples coordinator spark_jobs migrations dags jobs tests bench)
 
-.PHONY: demo test test-fast soak install chromium postgres bytecode jvm-archive
+.PHONY: demo test test-fast soak install chromium postgres bytecode jvm-archive jvm-deps
 
 install: $(VENV)/.installed $(VENV)/.compiled bytecode
 
@@ -62,6 +62,18 @@ chromium: /usr/bin/chromedriver
 postgres:
 	bash tests/servers/postgres.sh
 
+# the JVM dependencies of jvm/pom.xml from Maven Central (into Maven's own cache, ~/.m2): one class path
+# file per profile under .jvm/ (spark: S3A for Spark's --jars; s3proxy, minicluster: the tests' servers);
+# offline first, from the cache alone, as uv does for the Python packages
+JVM_PROFILES := spark s3proxy minicluster
+JVM_DEPS := $(JVM_PROFILES:%=.jvm/%.classpath)
+jvm-deps: $(JVM_DEPS)
+
+.jvm/%.classpath: jvm/pom.xml
+	@mkdir -p .jvm
+	mvn -q -B -Dstyle.color=never -o -f jvm/pom.xml -P $* dependency:build-classpath -Dmdep.outputFile=$(abspath $@) 2>/dev/null \
+	  || mvn -q -B -Dstyle.color=never -f jvm/pom.xml -P $* dependency:build-classpath -Dmdep.outputFile=$(abspath $@)
+
 jvm-archive: $(VENV)/.installed
 	$(BIN)/python -m tests.jvm_archive
 
@@ -72,7 +84,7 @@ demo: install
 # 40 s on a fresh machine), then the bytecode beside the tests' JVM class archive (tests/jvm_archive.py, about
 # 30 s of one core)
 test:
-	$(MAKE) -j2 chromium postgres install jvm-archive
+	$(MAKE) -j2 chromium postgres install jvm-archive jvm-deps
 	$(BIN)/ruff check .
 	$(PYTEST) -n $(WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
