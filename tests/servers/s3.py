@@ -23,20 +23,10 @@ from pathlib import Path
 
 from absreplay.airflow.orchestration import stop_process_group
 from absreplay.commands.standalone_cluster import free_port
+from tests.servers.jvm_deps import classpath
 
-ROOT = Path(__file__).resolve().parents[2]
-#: the class paths ``make jvm-deps`` writes, one a profile of jvm/pom.xml
-CLASSPATHS = ROOT / ".jvm"
 IDENTITY, CREDENTIAL = "abs-test", "abs-test-secret"
 READY_TIMEOUT_S = 60
-
-
-def classpath(profile: str) -> str:
-    """The class path of one profile of jvm/pom.xml, as ``make jvm-deps`` wrote it."""
-    path = CLASSPATHS / f"{profile}.classpath"
-    if not path.exists():
-        raise RuntimeError(f"{path} is missing: `make jvm-deps` fetches the JVM dependencies from Maven Central")
-    return path.read_text().strip()
 
 
 @dataclass
