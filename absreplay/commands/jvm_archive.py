@@ -48,11 +48,10 @@ STALE_DUMP_S = 3600
 STALE_ARCHIVE_S = 24 * 3600
 #: environment variables whose JVM options every JVM of a run takes
 JVM_OPTION_VARS = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
-#: what else shapes the class path and options of the JVM that spark-submit starts (``bin/spark-class``)
-LAUNCH_VARS = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH",
-               "SPARK_SUBMIT_OPTS", "SPARK_SCALA_VERSION")
-#: JVM options by which a user chooses class sharing for themselves
-OWN_SHARING = re.compile(r"-Xshare:|-XX:(SharedArchiveFile|ArchiveClassesAtExit)=|-XX:[+-]AutoCreateSharedArchive")
+#: what else shapes the class path of the JVM that spark-submit starts (``bin/spark-class``)
+LAUNCH_VARS = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH")
+#: JVM options by which a user chooses class sharing for themselves (``-Xshare:on`` only insists on it)
+OWN_SHARING = re.compile(r"-Xshare:off|-XX:(SharedArchiveFile|ArchiveClassesAtExit)=|-XX:[+-]AutoCreateSharedArchive")
 #: a shell that sets Spark's environment as ``bin/spark-class`` does, then runs Spark's launcher (which prints
 #: the command spark-submit would exec, NUL-separated) or, with a class path given, any class of that JVM
 LAUNCHER = ('. "$SPARK_HOME/bin/load-spark-env.sh" && '
