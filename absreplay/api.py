@@ -48,6 +48,7 @@ from absreplay.job_graph import build_definition
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.ttl import check_ttl_epochs, check_ttl_ms
 from coordinator.dataflow.jobs import JobDefinition
+from coordinator.keywords import checked_keywords
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.sources.delta_source import DeltaSource
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 
+@checked_keywords()
 def json_lines(fields: Types, time: str | None = None, id: str | None = None) -> JsonLines:  # noqa: A002
     """JSON objects, one a line, with these fields; ``time``: the event-time field, declared ``int`` (epoch ms)
     or ``datetime`` / ``"timestamp"`` (ISO-8601 strings, read as Spark reads them, UTC without an offset:
@@ -69,20 +71,24 @@ def json_lines(fields: Types, time: str | None = None, id: str | None = None) ->
     return JsonLines(schema(fields), time, id)
 
 
+@checked_keywords()
 def csv(fields: Types, time: str | None = None, delimiter: str = ",") -> Csv:
     """Comma-separated values, the declared fields in order; ``time`` as for ``json_lines``."""
     return Csv(schema(fields), time, delimiter)
 
 
+@checked_keywords()
 def parquet(fields: Types, time: str | None = None) -> ParquetFiles:
     """Parquet segment files, one record a row, with these columns (others are not read); ``time``: an
     ``int`` column (epoch ms) or a ``datetime`` one (Parquet timestamps in ms or us, UTC without a zone)."""
     return ParquetFiles(schema(fields), time)
 
 
+@checked_keywords()
 def delta_source(uri: str, fields: Types, time: str | None = None,
                  storage_options: dict[str, str] | None = None, from_version: int = 0) -> DeltaSource:
-    """The rows appended to the Delta table at ``uri`` (a path, ``file://``, ``s3://``...), with these
+    """The rows appended to the Delta table at ``uri`` (a path, ``file://``, ``s3://``...; it may name
+    ``${VAR}``, read at each inject and run as a sink's location is), with these
     columns (others are not read): each new table version is a segment, a barrier's cut the version it
     reached; a version that deletes, updates, merges or overwrites is refused at inject
     (``coordinator.sources.delta_source``). ``storage_options``: delta-rs' options for the table's
@@ -92,27 +98,33 @@ def delta_source(uri: str, fields: Types, time: str | None = None,
 
 
 # -- keyed aggregates -------------------------------------------------------------------------------
+@checked_keywords()
 def count() -> Aggregate:
     return Aggregate("count", "long")
 
 
+@checked_keywords()
 def sum(column: str, type: type | str = int) -> Aggregate:  # noqa: A001 - the aggregate's name
     return Aggregate("sum", ddl(type), column)
 
 
+@checked_keywords()
 def min(column: str, type: type | str = int) -> Aggregate:  # noqa: A001
     return Aggregate("min", ddl(type), column)
 
 
+@checked_keywords()
 def max(column: str, type: type | str = int) -> Aggregate:  # noqa: A001
     return Aggregate("max", ddl(type), column)
 
 
+@checked_keywords()
 def mean(column: str) -> Aggregate:
     """Kept as sum and count (two hidden state columns); the output is the mean, a double."""
     return Aggregate("mean", "double", column)
 
 
+@checked_keywords()
 def combine(value: Callable[[], Any], merge: Callable[[Any], Any], type: type | str) -> Aggregate:
     """A user-defined combiner: ``value()`` returns a Column over a record, ``merge`` an aggregate
     function of a Column (e.g. ``lambda c: F.bit_or(c)``)."""
@@ -126,6 +138,17 @@ def ttl_options(operator: str, ttl_epochs: object, ttl_ms: object, time: object)
 
 
 # -- the builder ----------------------------------------------------------------------------------
+#: what an aggregating operator's other keywords are: its output columns, each with its aggregate
+AGGREGATES = (Aggregate, "keyword names an aggregate, e.g. n=abs.count()")
+
+
+def _operator(call: str, arguments: dict[str, Any]) -> str:
+    """Where an operator's keyword was given: the job, the method and the operator's name."""
+    declaring = arguments["self"]
+    job = declaring if isinstance(declaring, Job) else declaring._job
+    return f"job {job.name}: {call}" + (f" {arguments['name']!r}" if "name" in arguments else "")
+
+
 class Stream:
     """The records an operator emits each epoch (one DataFrame per epoch)."""
 
@@ -136,16 +159,20 @@ class Stream:
         self._job.add_node(node)
         return Stream(self._job, node.name)
 
+    @checked_keywords(_operator)
     def map(self, name: str, fn: Transform) -> Stream:
         return self._then(Node(name, "map", (self._node,), fn))
 
+    @checked_keywords(_operator)
     def filter(self, name: str, fn: Transform) -> Stream:
         """``fn(df)`` returns the records to keep (e.g. ``lambda df: df.where(...)``)."""
         return self._then(Node(name, "filter", (self._node,), fn))
 
+    @checked_keywords(_operator)
     def flat_map(self, name: str, fn: Transform) -> Stream:
         return self._then(Node(name, "flat_map", (self._node,), fn))
 
+    @checked_keywords(_operator)
     def key_by(self, key: str | dict[str, type | str], type: type | str | None = None) -> KeyedStream:
         """Partition by ``key`` (a column and its type, or several: ``{"country": str, "page": str}``)."""
         fields = {key: type} if isinstance(key, str) else dict(key)
@@ -153,6 +180,7 @@ class Stream:
             raise ValueError(f"key_by({key!r}): give the key's type, e.g. key_by('word', str)")
         return KeyedStream(self._job, self._node, schema(fields))
 
+    @checked_keywords(_operator)
     def sink(self, name: str, target: SinkDeclaration, columns: tuple[str, ...] | Types | None = None,
              key: tuple[str, ...] | str | None = None) -> Stream:
         """Send the stream to ``target``, two-phase: each checkpoint's records are committed when the
@@ -178,6 +206,7 @@ class KeyedStream:
         self._job.add_node(node)
         return Stream(self._job, node.name)
 
+    @checked_keywords(_operator, AGGREGATES)
     def aggregate(self, name: str, ttl_epochs: int | None = None, ttl_ms: int | None = None,
                   time: str | None = None, **aggregates: Aggregate) -> Stream:
         """Per key, the named aggregates over every record so far; emits the changed keys' rows.
@@ -190,11 +219,13 @@ class KeyedStream:
         return self._keyed(Node(name, "aggregate", aggregates=dict(aggregates), **ttl_options(
             name, ttl_epochs, ttl_ms, time)))
 
+    @checked_keywords(_operator)
     def process(self, name: str, fn: Callable[..., Any], state: Types, ttl_epochs: int | None = None,
                 ttl_ms: int | None = None, time: str | None = None) -> Stream:
         """Keyed process function, epoch-batched: ``fn(state, records)`` gets the state rows of the
-        keys the epoch's records touch and those records, and returns the new state rows (key and
-        ``state`` columns) of the keys whose state changed; other keys keep theirs. Emits them.
+        keys the epoch's records touch and those records, both Spark DataFrames (the records with their
+        ``_partition`` and ``_seq`` where the source gives them: docs/jobs.md), and returns the new state
+        rows (key and ``state`` columns) of the keys whose state changed; other keys keep theirs. Emits them.
 
         Deletes: a returned row with a boolean column ``_delete`` true deletes its key: it leaves the
         state, and each upsert sink of this operator deletes the key's row in that checkpoint's commit
@@ -206,9 +237,11 @@ class KeyedStream:
         return self._keyed(Node(name, "process", fn=fn, state=schema(state), **ttl_options(
             name, ttl_epochs, ttl_ms, time)))
 
+    @checked_keywords(_operator)
     def iterate(self, name: str, loop: Loop, state: Types) -> Stream:
         return self._keyed(Node(name, "iterate", loop=loop, state=schema(state)))
 
+    @checked_keywords(_operator, AGGREGATES)
     def window(self, name: str, window: Tumbling | Sliding | Session, time: str, delay_ms: int = 0,
                allowed_lateness_ms: int = 0, refire: bool = False, **aggregates: Aggregate) -> Stream:
         """Event-time windows per key. The watermark is the largest event time seen (column ``time``,
@@ -237,6 +270,7 @@ class KeyedStream:
         return self._keyed(Node(name, "window", aggregates=dict(aggregates), window=window, time=time,
                                 delay_ms=delay_ms, lateness_ms=allowed_lateness_ms, refire=refire))
 
+    @checked_keywords(_operator)
     def join(self, name: str, other: KeyedStream, reemit: bool = False) -> Stream:
         """Each record of this stream joined with ``other``'s latest record of the same key (other's
         columns added, a name both have gets the suffix ``_right``). A record whose key ``other`` has
@@ -254,6 +288,7 @@ class KeyedStream:
             raise ValueError(f"join {name!r}: reemit={reemit!r} must be True or False")
         return self._keyed(Node(name, "join", inputs=(other._node,), other_key=other._key, reemit=reemit))
 
+    @checked_keywords(_operator)
     def interval_join(self, name: str, other: KeyedStream, time: str | tuple[str, str], lower_ms: int,
                       upper_ms: int, how: str = "inner", delay_ms: int = 0) -> Stream:
         """A stream-stream join on key and event time (``spark_jobs.operators.interval_join``): a row of
@@ -287,6 +322,7 @@ class Job(JobDeclaration):
     """A job: ``Job(name, parallelism=..., ...)`` (the settings of ``JobDeclaration``), then its graph,
     from ``job.source(...)`` on."""
 
+    @checked_keywords(_operator)
     def source(self, name: str, format: RecordFormat | None = None) -> Stream:
         """A source: segment files injected into ``$ABS_DATA_DIR/<job>/input/<partition>/`` (with
         several sources: ``input/<source>/<partition>/``), one record a line (``format`` says which

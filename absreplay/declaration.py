@@ -14,6 +14,7 @@ from typing import Any
 from absreplay.demo_data import DemoData
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.jobs import check_dead_letter_share, check_name
+from coordinator.keywords import checked_keywords
 from coordinator.sinks.declarations import SinkDeclaration
 from coordinator.sources.record_formats import RecordFormat
 from coordinator.types import Schema, ddl
@@ -28,6 +29,7 @@ def schema(fields: Types) -> Schema:
 
 
 # -- the parts of a node ----------------------------------------------------------------------------
+@checked_keywords()
 @dataclass(frozen=True)
 class Aggregate:
     """A per-key aggregate: each record contributes a value (a Column over the record) that
@@ -42,6 +44,7 @@ class Aggregate:
     merge: Callable[[Any], Any] | None = None
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class Loop:
     """An iterate loop (DESIGN.md section 3, "Cycles") whose head keeps keyed state.
@@ -62,6 +65,7 @@ class Loop:
     tail_name: str = "feedback"
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class Tumbling:
     """Event-time windows of ``minutes`` (or ``ms``), one after the other."""
@@ -78,6 +82,7 @@ class Tumbling:
         return self.size_ms
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class Sliding:
     """Event-time windows of ``size_ms`` starting every ``slide_ms`` (a record is in several)."""
@@ -86,6 +91,7 @@ class Sliding:
     slide_ms: int
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class Session:
     """Event-time sessions per key (``spark_jobs.operators.session_windows``): a record at event time t
@@ -178,6 +184,12 @@ def declared_names(node: Node) -> list[tuple[str, str]]:
     return names
 
 
+def _job_named(_: str, arguments: dict[str, Any]) -> str:
+    """Where a job's keyword was given: the job, by the name it is declared with."""
+    return f"job {arguments['name']}" if "name" in arguments else "Job"
+
+
+@checked_keywords(_job_named)
 @dataclass
 class JobDeclaration:
     """A job's settings and its nodes in declared order (``absreplay.api.Job`` adds the builder)."""

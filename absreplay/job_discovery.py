@@ -7,10 +7,10 @@
 - ``$ABS_JOBS_DIR`` (unset: none): every ``*.py`` file in it not starting with
   ``_`` is imported, and its module-level ``Job`` objects count.
 
-A file or entry point that fails to import, or declares an incomplete job or a
-name already taken, is listed with its error (``absreplay jobs``, the DAG files'
-warnings) and hides nothing else. Discovery runs once per process and jobs
-folder.
+A file or entry point that fails to import (whatever it raises), or declares an
+incomplete job or a name already taken, is listed with its error (``absreplay
+jobs``, the DAG files' warnings) and hides nothing else. Discovery runs once per
+process and jobs folder.
 """
 
 from __future__ import annotations
@@ -53,7 +53,11 @@ class Found:
     packages: set[str] = field(default_factory=set)
 
     def add(self, origin: str, found: object) -> None:
-        declared = [found] if isinstance(found, Job) else _as_jobs(found)
+        try:
+            declared = [found] if isinstance(found, Job) else _as_jobs(found)
+        except Exception as exc:  # noqa: BLE001 - what a plugin gives may fail as it is read, like its import
+            self.broken.append(BrokenJob(origin, _one_line(exc)))
+            return
         if declared is None:
             self.broken.append(BrokenJob(origin, f"it gives a {type(found).__name__}, not a Job, a module of "
                                                  "Jobs or a function returning Jobs"))
@@ -63,6 +67,9 @@ class Found:
                 definition = job.definition(origin)
             except ValueError as exc:
                 self.broken.append(BrokenJob(origin, str(exc)))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a job its definition fails on must not hide the others
+                self.broken.append(BrokenJob(origin, _one_line(exc)))
                 continue
             if job.name in self.jobs:
                 self.broken.append(BrokenJob(origin, f"job {job.name!r} is declared already by "
@@ -87,12 +94,16 @@ def _one_line(exc: BaseException) -> str:
     """``Type: first line (file, line N)``: the innermost frame of user code, not of the import
     machinery (``<frozen importlib...>``) nor of ABS Replay's API refusing a declaration (the job
     file's line declares it); a SyntaxError's own text names its file and line."""
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    try:
+        text = str(exc).strip()
+    except Exception:  # noqa: BLE001 - an exception whose message fails is still listed, by its type
+        text = ""
+    first = text.splitlines()[0] if text else ""
     if isinstance(exc, SyntaxError):
         return f"{exc.__class__.__name__}: {first}"
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(("<", *OWN_CODE))]
     where = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
-    return f"{exc.__class__.__name__}: {first}{where}"
+    return f"{exc.__class__.__name__}{f': {first}' if first else ''}{where}"
 
 
 def _from_entry_points(found: Found) -> None:
@@ -104,7 +115,9 @@ def _from_entry_points(found: Found) -> None:
                 obj = jobs_in(obj)
             elif callable(obj) and not isinstance(obj, Job):
                 obj = obj()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not hide the others
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken plugin must not hide the others, sys.exit() too
             found.broken.append(BrokenJob(origin, _one_line(exc)))
             continue
         found.packages.add(ep.module.split(".")[0])
@@ -134,7 +147,9 @@ def _from_folder(found: Found, folder: Path) -> None:
             continue
         try:
             module = import_job_file(path)
-        except Exception as exc:  # noqa: BLE001 - a broken job file must not hide the others
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken job file must not hide the others, sys.exit() too
             found.broken.append(BrokenJob(str(path), _one_line(exc)))
             continue
         found.add(str(path), jobs_in(module))

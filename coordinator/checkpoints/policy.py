@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from coordinator.keywords import checked_keywords
 
+
+@checked_keywords()
 @dataclass(frozen=True)
 class CheckpointPolicy:
     max_concurrent_pending: int = 1000
@@ -57,6 +60,7 @@ def is_timed_out(policy: CheckpointPolicy, triggered_at: datetime, now: datetime
     return now - triggered_at > timedelta(milliseconds=policy.timeout_ms)
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class IdStorePolicy:
     """Per job: how ids are windowed, how long they are kept and how the filters are sized."""

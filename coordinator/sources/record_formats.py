@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.sources.event_time import TimestampError, event_time_ms
+from coordinator.keywords import checked_keywords
 
 #: why a line is not a record (None: it is one)
 LineCheck = Callable[[bytes], "str | None"]
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class TextLines:
     """Segment files of UTF-8 text, one record a line; ``check(line)`` returns why a line is not
@@ -86,7 +88,8 @@ def _fits(value: object, ddl_type: str) -> bool:
 def _csv_fits(text: str, ddl_type: str) -> bool:
     try:
         if ddl_type in ("long", "int"):
-            return -(2**63) <= int(text) < 2**63
+            # Python's int takes spaces (a CR too) and underscores around digits, Spark reads null from them
+            return text.strip() == text and "_" not in text and -(2**63) <= int(text) < 2**63
         if ddl_type == "double":
             float(text)
             return True
@@ -97,6 +100,7 @@ def _csv_fits(text: str, ddl_type: str) -> bool:
     return ddl_type == "string"
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class JsonLines:
     """One JSON object a line with the declared ``fields`` (name -> type; other keys are ignored).
@@ -123,7 +127,8 @@ class JsonLines:
         import json
 
         try:
-            obj = json.loads(line)
+            # text, not bytes: from bytes Python skips a BOM and reads UTF-16, where Spark reads nulls
+            obj = json.loads(line.decode("utf-8"))
         except ValueError as exc:
             return f"not a JSON object: {exc}"
         if not isinstance(obj, dict):
@@ -143,6 +148,7 @@ class JsonLines:
         return False
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class Csv:
     """Comma-separated values (``delimiter``), the declared ``fields`` in order, no header line,
@@ -174,6 +180,7 @@ class Csv:
         return False
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class ParquetFiles:
     """Parquet segment files, one record a row, with the declared ``fields`` (other columns are not
