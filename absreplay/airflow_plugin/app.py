@@ -13,6 +13,11 @@ what the recovery would change and asks to confirm; the confirmation posts to
 of the job is under way (409), and the page follows the run through
 ``/api/jobs/{job}/runs/{run_id}`` (``recovery_runs``).
 
+The history's filter and pager links carry only what they set: no ``status=`` for all
+checkpoints, no ``page=1`` (an empty ``status`` still means all, as an old link or a form
+sends it). A page asked for while signed out goes to Airflow's login page, which comes back to
+it (``next=``); ``/api/...`` answers 401.
+
 A bad URL is the user's mistake, never a 500: numbers in it are bounded as on
 the command line (``absreplay.options``), so none reaches the database out of
 its BIGINT range; a page past the last is a 404 that links to the last one.
@@ -22,20 +27,22 @@ Errors of the pages are pages in the view's layout (``error.html``), errors of
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import asdict
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as InPath
 from fastapi.encoders import jsonable_encoder
 from fastapi.exception_handlers import http_exception_handler, request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import ChoiceLoader, Environment, FileSystemLoader, select_autoescape
+from pydantic import BeforeValidator
 from sqlalchemy import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -43,11 +50,11 @@ from absreplay.airflow_plugin.recovery_runs import (
     AirflowRuns, RecoveryUnderWay, airflow_runs, follow, preview, start as start_recovery,
 )
 from absreplay.airflow_plugin.recovery_runs import conf as recovery_conf
-from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, job_access, readable
+from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, auth_manager, job_access, readable
 from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.commands.charts import job_charts
 from absreplay.options import BIGINT_MAX, out_of_range
-from absreplay.commands.views import format_bytes
+from absreplay.commands.views import format_bytes, format_duration, format_time
 from coordinator.catalog import audit
 from coordinator.checkpoints import weak as weak_consistency
 from coordinator.checkpoints.lifecycle import CheckpointStatus
@@ -63,6 +70,8 @@ templates = Environment(
     autoescape=select_autoescape(["html"]),
 )
 templates.filters["bytes"] = format_bytes
+templates.filters["duration"] = format_duration
+templates.filters["utc"] = format_time
 templates.filters["percent"] = audit.percent
 templates.filters["tojson_attr"] = lambda v: json.dumps(v, sort_keys=True)
 Catalog = Annotated[Engine, Depends(catalog_engine)]
@@ -79,6 +88,8 @@ def _number(name: str, where: Any = Query) -> Any:
     return Annotated[int, where(ge=low, le=high)]
 
 
+#: a status filter; empty (the "all" of the form, an old link's ``status=``) is no filter
+StatusFilter = Annotated[CheckpointStatus | None, BeforeValidator(lambda v: v or None)]
 CheckpointId = _number("checkpoint_id", InPath)
 PageNo = _number("page")
 Offset = _number("offset")
@@ -109,6 +120,12 @@ def actions(access: JobAccess, status: str, checkpoint_id: int, weak: bool = Fal
 
 def _job_link(job: str) -> tuple[str, str]:
     return f"the checkpoints of {job}", f"/jobs/{quote(job, safe='')}"
+
+
+def listing_query(status: str | None, page: int = 1) -> str:
+    """The query of a page of the history: only what it sets (no empty status, no page 1)."""
+    query = urlencode({k: v for k, v in (("status", status or ""), ("page", page if page > 1 else "")) if v})
+    return f"?{query}" if query else ""
 
 
 def _known_job(engine: Engine, job: str) -> None:
@@ -161,10 +178,18 @@ def _error_page(request: Request, status_code: int, message: str, link: tuple[st
 async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
     if _is_api(request):
         return await http_exception_handler(request, exc)
+    if exc.status_code == 401 and request.method == "GET":
+        return RedirectResponse(_login_url(request), status_code=303)
     message = str(exc.detail)
     if message == HTTPStatus(exc.status_code).phrase:  # the router's own 404 / 405: say what was asked
         message = f"the ABS Replay view has no page {request.scope['path']!r} (for a {request.method} request)"
     return _error_page(request, exc.status_code, message, getattr(exc, "link", None), exc.headers)
+
+
+def _login_url(request: Request) -> str:
+    """Airflow's login page, which sends the user back to ``request``'s page once signed in."""
+    manager = app.dependency_overrides.get(auth_manager, auth_manager)()
+    return manager.get_url_login(next_url=str(request.url))
 
 
 @app.exception_handler(RequestValidationError)
@@ -184,7 +209,7 @@ def api_jobs(user: User, manager: AuthManager, engine: Catalog) -> list[dict[str
 
 @app.get("/api/jobs/{job}/checkpoints")
 def api_checkpoints(job: str, user: User, manager: AuthManager, engine: Catalog,
-                    status: CheckpointStatus | None = None, offset: Offset = 0, limit: Limit = PAGE_SIZE) -> Any:
+                    status: StatusFilter = None, offset: Offset = 0, limit: Limit = PAGE_SIZE) -> Any:
     access = readable(manager, user, job)
     _known_job(engine, job)
     return jsonable_encoder(_page(engine, access, status, offset, limit))
@@ -210,8 +235,10 @@ def api_checkpoint(job: str, checkpoint_id: CheckpointId, user: User, manager: A
     access = readable(manager, user, job)
     detail = _detail(engine, job, checkpoint_id)
     weak = audit.is_weak(engine, job)
+    # a dead letter's exact bytes (``payload_bytes``) need not be UTF-8: base64, as bytes go in JSON
     return jsonable_encoder({**asdict(detail), "can_trigger": access.can_trigger, "weak": weak,
-                             "actions": actions(access, detail.summary.status, checkpoint_id, weak)})
+                             "actions": actions(access, detail.summary.status, checkpoint_id, weak)},
+                            custom_encoder={bytes: lambda b: base64.b64encode(b).decode("ascii")})
 
 
 # -- pages ---------------------------------------------------------------------------------------
@@ -223,7 +250,7 @@ def index(request: Request, user: User, manager: AuthManager, engine: Catalog) -
 
 @app.get("/jobs/{job}", response_class=HTMLResponse)
 def job_page(request: Request, job: str, user: User, manager: AuthManager, engine: Catalog,
-             status: CheckpointStatus | None = None, page: PageNo = 1) -> HTMLResponse:
+             status: StatusFilter = None, page: PageNo = 1) -> HTMLResponse:
     access = readable(manager, user, job)
     _known_job(engine, job)
     # a page past the last reads no row (and is refused below): the offset stays a BIGINT
@@ -234,6 +261,7 @@ def job_page(request: Request, job: str, user: User, manager: AuthManager, engin
     return _html(request, "job.html", job=job, access=access, page=checkpoints, page_no=page, pages=pages,
                  weak_label=weak_consistency.LABEL if checkpoints["weak"] else "",
                  status=status.value if status else "", statuses=[s.value for s in CheckpointStatus],
+                 listing_query=listing_query,
                  charts=job_charts(audit.timeline(engine, job)))
 
 
@@ -241,10 +269,9 @@ def _past_the_last(job: str, status: CheckpointStatus | None, total: int, page: 
     """404 for a page past the last (bookmarked before retention or a filter shrank the list), with a link to
     the last page; never "page 99 of 1"."""
     which = f"{status.value} " if status else ""
-    query = f"?status={status.value}&" if status else "?"
     raise ViewError(404, f"there is no page {page} of the {which}checkpoints of {job}: {total} checkpoint(s) "
                          f"fill {pages} page(s) of {PAGE_SIZE}",
-                    (f"the last page ({pages})", f"{_job_link(job)[1]}{query}page={pages}"))
+                    (f"the last page ({pages})", f"{_job_link(job)[1]}{listing_query(status, pages)}"))
 
 
 @app.get("/jobs/{job}/checkpoints/{checkpoint_id}", response_class=HTMLResponse)

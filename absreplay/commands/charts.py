@@ -7,9 +7,11 @@ id order; every bar carries a ``<title>`` (the hover text) with its numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
+from absreplay.commands.views import format_bytes, format_duration
 from coordinator.catalog.audit import EpochPoint
 
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 760, 200, 64, 28, 12
@@ -34,8 +36,11 @@ def _number(v: float) -> str:
 
 
 def stacked_bars(key: str, title: str, ids: list[int], series: dict[str, list[float]], unit: str,
-                 colors: list[str] | None = None, notes: list[str] | None = None) -> Chart:
-    """One bar per checkpoint, split into ``series`` (stacked), with a legend and hover titles."""
+                 colors: list[str] | None = None, notes: list[str] | None = None,
+                 fmt: Callable[[float], str] | None = None) -> Chart:
+    """One bar per checkpoint, split into ``series`` (stacked), with a legend and hover titles. ``fmt``: how
+    a value reads on the axis and on hover (bytes and durations: the tables' own formatters)."""
+    fmt = fmt or (lambda v: f"{_number(v)} {unit}".rstrip())
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - TOP - BOTTOM
     totals = [sum(vals[i] for vals in series.values()) for i in range(len(ids))]
     top = max(totals, default=0) or 1
@@ -47,10 +52,10 @@ def stacked_bars(key: str, title: str, ids: list[int], series: dict[str, list[fl
         y = TOP + plot_h * (1 - frac)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
                      f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end" font-size="10">'
-                     f'{_number(top * frac)} {escape(unit)}</text>')
+                     f'{escape(fmt(top * frac))}</text>')
     for i, cid in enumerate(ids):
         x, y = LEFT + i * step, TOP + plot_h
-        label = [f"checkpoint {cid}"] + [f"{name}: {_number(vals[i])} {unit}" for name, vals in series.items()]
+        label = [f"checkpoint {cid}"] + [f"{name}: {fmt(vals[i])}" for name, vals in series.items()]
         if notes and notes[i]:
             label.append(notes[i])
         parts.append(f'<g class="bar" data-checkpoint="{cid}"><title>{escape(chr(10).join(label))}</title>')
@@ -81,14 +86,17 @@ def job_charts(points: list[EpochPoint]) -> list[Chart]:
                 for p in points]
     statuses = sorted({p.status for p in points})
     return [
-        stacked_bars("durations", "Snapshot duration: alignment / sync / async (slowest subtask)", ids, {
+        # a run measures the phases once per checkpoint, for all its operators (``audit.snapshot_phases``)
+        stacked_bars("durations", "Snapshot duration: alignment / sync / async", ids, {
             "alignment": [p.alignment_ms for p in points], "sync": [p.sync_ms for p in points],
-            "async": [p.async_ms for p in points]}, "ms"),
+            "async": [p.async_ms for p in points]}, "ms", fmt=format_duration),
         # acks record what each snapshot wrote (a delta: the changed keys only), not the state's whole size
         stacked_bars("state", "Bytes written per checkpoint, per operator (a full snapshot, or a delta of the "
                      "changed keys)", ids,
-                     {op: [p.state_bytes_by_operator.get(op, 0) for p in points] for op in operators}, "B"),
-        stacked_bars("records", "Records per epoch", ids, {"records": [p.records for p in points]}, "rec"),
+                     {op: [p.state_bytes_by_operator.get(op, 0) for p in points] for op in operators}, "B",
+                     fmt=format_bytes),
+        stacked_bars("records", "Records per checkpoint (those its commit carried)", ids,
+                     {"records": [p.records for p in points]}, "rec"),
         stacked_bars("back_edge", "Back-edge log size", ids,
                      {"back-edge records": [p.back_edge_records for p in points]}, "rec", colors=["#b07aa1"]),
         stacked_bars("status", "Checkpoint status (failures with their reason on hover)", ids,

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 
 from absreplay.commands.charts import job_charts
 from absreplay.commands.context import job_context
-from absreplay.commands.views import format_bytes
+from absreplay.commands.views import format_bytes, format_duration, format_time
 from coordinator.catalog import audit
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.store import CheckpointStore
@@ -27,6 +27,8 @@ from coordinator.checkpoints.store import CheckpointStore
 TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).parent.parent / "templates"),
                         autoescape=select_autoescape(["html"]))
 TEMPLATES.filters["bytes"] = format_bytes
+TEMPLATES.filters["duration"] = format_duration
+TEMPLATES.filters["utc"] = format_time
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def render(engine: Engine, job: str) -> tuple[str, Retention]:
     retention = Retention.of(engine, job, [r.status for r in history.rows])
     html = TEMPLATES.get_template("report.html").render(
         job=job, charts=job_charts(points), rows=history.rows, failures=[p for p in points if p.failure_reason],
-        retention=retention, generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+        retention=retention, generated=format_time(datetime.now(UTC)))
     return html, retention
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from rich.table import Table
 from rich.text import Text
 
@@ -12,13 +14,37 @@ def format_cut(cut: dict[str, int]) -> str:
     return ", ".join(f"{p}@{o}" for p, o in sorted(cut.items())) or "(no partitions yet)"
 
 
-def format_bytes(n: int | None) -> str:
+def format_bytes(n: float | None) -> str:
+    """Bytes in binary units, wherever a size is shown (tables, the charts' axes and hover texts)."""
     n = n or 0
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+        if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def format_duration(ms: float | None) -> str:
+    """Milliseconds as a person reads a duration: 850 ms, 1.2 s, 3 min 4 s, 2 h 5 min ("" for none)."""
+    if ms is None:
+        return ""
+    if abs(ms) < 1000:
+        return f"{ms:.0f} ms" if ms == int(ms) or abs(ms) >= 10 else f"{ms:.1f} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+def format_time(at: datetime | None) -> str:
+    """A catalog time in UTC, saying so (the catalog keeps UTC; a naive value is UTC too)."""
+    if at is None:
+        return ""
+    at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def history_table(job: str, rows: list[dict]) -> Table:

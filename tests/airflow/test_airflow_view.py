@@ -10,6 +10,7 @@ records of each epoch, and who gets the recover buttons and who a 403.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from absreplay.airflow_plugin import AbsReplayPlugin  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import app  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
-from coordinator.catalog.models import Checkpoint, DeadLetter, SinkTransaction  # noqa: E402
+from coordinator.catalog.models import Checkpoint, DeadLetter, SinkTransaction, dead_letter_columns  # noqa: E402
 from coordinator.checkpoints import recovery  # noqa: E402
 from coordinator.checkpoints.lifecycle import FailureReason, SinkTxnStatus  # noqa: E402
 from coordinator.checkpoints.state_handle import StateHandle  # noqa: E402
@@ -42,6 +43,13 @@ FAILED = {7: "state root unreachable: /state/chk-7", 19: "subtask 1 of count dec
 BATCH_LINES = 10
 #: records landed before each barrier: the epoch of checkpoint n holds LANDED[n]
 LANDED: dict[int, int] = {}
+
+
+def carried(n: int) -> int:
+    """The records checkpoint n's commit carries: none for a FAILED one, whose epoch goes with the next one."""
+    if n in FAILED:
+        return 0
+    return LANDED[n] + (LANDED[n - 1] if n - 1 in FAILED else 0)
 
 
 @pytest.fixture
@@ -65,7 +73,7 @@ def catalog(tmp_path: Path, pg_url: str) -> Workspace:
                               staged_uri="file:///state/chk-5/sink", rows=42, files=2, bytes=2048,
                               checksum="ab" * 32))
         s.add_all(DeadLetter(job=JOB, checkpoint_id=5, partition="p0", segment="seg-5", offset=i,
-                             reason="not UTF-8", payload=f"\\xff{i}") for i in range(3))
+                             **dead_letter_columns("not UTF-8", b"\xff%d" % i)) for i in range(3))
     rid = recovery.start(ws.store, JOB, recovery.RecoveryKind.RECOVER, recovery.RecoveryMode.FULL, 5)
     recovery.finish(ws.store, rid, recovery.RecoveryResult.SUCCEEDED, restored=5)
     return ws
@@ -135,6 +143,9 @@ def test_a_checkpoint_page_holds_acks_sink_dead_letters_and_recoveries(as_role, 
     (txn,) = d["sink_transactions"]
     assert (txn["status"], txn["rows"], txn["files"], txn["bytes"]) == ("COMMITTED", 42, 2, 2048)
     assert d["dead_letter_count"] == 3 and [x["offset"] for x in d["dead_letters"]] == [0, 1, 2]
+    # readable, and exact: the bytes that are not UTF-8 in base64
+    assert [(x["payload"], base64.b64decode(x["payload_bytes"])) for x in d["dead_letters"]] == [
+        (f"\\xff{i}", b"\xff%d" % i) for i in range(3)]
     (rec,) = d["recoveries"]
     assert (rec["kind"], rec["from_checkpoint_id"], rec["result"]) == ("recover", 5, "SUCCEEDED")
     assert d["records"] == LANDED[5] and sum(d["cut"].values()) == sum(LANDED[n] for n in range(1, 6))
@@ -154,6 +165,7 @@ def test_dead_letters_show_with_their_share_and_first_reasons(as_role, catalog: 
     figures = api.get(f"/api/jobs/{JOB}/checkpoints/5").json()["dead_letter_figures"]
     assert figures == {"count": 4, "records": 24, "share": 4 / 24, "reasons": ["not UTF-8", 'field "user" is missing']}
     page = api.get(f"/jobs/{JOB}/checkpoints/5").text
+    assert page.count('title="not UTF-8 text without NUL: shown with \\xNN escapes') == 3  # not the "{}"
     assert ('<td id="dead-letter-share">4 (16.7% of the epoch\'s records); first reasons: <q>not UTF-8</q>, '
             '<q>field &#34;user&#34; is missing</q></td>') in page
     quiet = api.get(f"/jobs/{JOB}/checkpoints/6").text
@@ -168,7 +180,8 @@ def test_the_timeline_feeds_every_chart(as_role) -> None:
     api = as_role("admin")
     points = api.get(f"/api/jobs/{JOB}/timeline").json()
     assert [p["checkpoint_id"] for p in points] == list(range(1, CHECKPOINTS + 1))
-    assert [p["records"] for p in points] == [LANDED[n] for n in range(1, CHECKPOINTS + 1)]
+    assert [p["records"] for p in points] == [carried(n) for n in range(1, CHECKPOINTS + 1)]
+    assert (points[6]["records"], points[7]["records"]) == (0, LANDED[7] + LANDED[8])
     p5 = points[4]
     assert (p5["alignment_ms"], p5["sync_ms"], p5["async_ms"]) == (1, 3, 50)
     assert p5["state_bytes_by_operator"]["count"] == 500 + 501

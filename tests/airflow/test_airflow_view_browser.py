@@ -17,26 +17,40 @@ why, as the REFUSED row in ``recoveries`` does.
 As the viewer: no button, and the same request from the browser is refused by Airflow
 (403) with no run created; and every bad URL of tests/airflow/view_bad_urls.py gets its 404 or
 422 as a page of the view saying what is wrong.
+
+A longer history (30 checkpoints, made in the catalog without Spark), on another Airflow: a link
+followed while signed out goes to Airflow's login page and, signed in there, back to it; the pager
+and the status filter walk older, newer, a filter and back to all with no empty parameter in the URL;
+the numbers read as a person reads them (binary units, human durations, UTC), alike in the charts and
+the tables; the snapshot phases are shown once per checkpoint; a FAILED checkpoint's records are on
+the next one; the confirmation of a recover names the PENDING checkpoint it processes again.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from sqlalchemy import update
+
 from absreplay.airflow import orchestration
+from coordinator.catalog.models import Checkpoint
 from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lease import processing_lease
 from coordinator.checkpoints.lifecycle import FailureReason
+from coordinator.checkpoints.state_handle import StateHandle
 from tests.airflow.airflow_standalone import Airflow, standalone
 from tests.helpers import Workspace, make_workspace
 from tests.airflow.view_bad_urls import BAD_PAGES
@@ -248,3 +262,113 @@ def test_recover_from_the_view_inside_airflow(airflow: Airflow, catalog: Workspa
             fetch(arguments[0], {credentials: "same-origin"}).then(r => done(r.status));""", url)
         browser.get(url)
         assert (status, message in wait(browser, (By.ID, "error")).text) == (expected, True), path
+
+
+#: the longer history: checkpoints 1-29 COMPLETED but 10 and 20 FAILED, 30 PENDING
+MANY = 30
+MANY_FAILED = (10, 20)
+#: checkpoint 29's barrier: its snapshot took 5 ms, 1.2 s and 3 min 4 s, and it completed 184 s later
+TRIGGERED_29 = datetime(2026, 3, 4, 21, 30, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def many(tmp_path: Path, pg_url: str) -> tuple[Workspace, list[int]]:
+    """30 barriers over one landed batch each; returns the workspace and the records each barrier registered."""
+    ws = make_workspace(tmp_path, pg_url)
+    landed = []
+    for n in range(1, MANY + 1):
+        landed.append(ws.land(n, lines=3, partitions=1))
+        assert orchestration.inject_barrier(ws.settings, JOB)["checkpoint_id"] == n
+        if n in MANY_FAILED:
+            ws.store.fail(JOB, n, FailureReason.TASK_DECLINED, FAILURE_DETAIL)
+        elif n == 29:  # 2400 B written by one subtask of count: 2.3 KiB in the table and on the chart alike
+            ws.store.ack_many(JOB, n, [StateHandle(
+                t.operator, t.subtask, state_bytes=2400 if (t.operator, t.subtask) == ("count", 0) else 0,
+                alignment_ms=5, sync_ms=1200, async_ms=184_000) for t in ws.job.execution_graph.tasks])
+        elif n < MANY:
+            ws.complete(n)
+    with ws.store.sessions.begin() as s:
+        s.execute(update(Checkpoint).where(Checkpoint.job == JOB, Checkpoint.checkpoint_id == 29).values(
+            triggered_at=TRIGGERED_29, completed_at=TRIGGERED_29 + timedelta(seconds=184)))
+    return ws, landed
+
+
+def listed(driver: webdriver.Chrome) -> list[int]:
+    return [int(r.get_attribute("data-checkpoint"))
+            for r in driver.find_elements(By.CSS_SELECTOR, "#checkpoints tr[data-checkpoint]")]
+
+
+def after_click(driver: webdriver.Chrome, element) -> str:
+    """Click a link or change that loads the next page; returns its URL once it is there."""
+    element.click()
+    WebDriverWait(driver, WAIT_S).until(expected_conditions.staleness_of(element))
+    wait(driver, (By.ID, "checkpoints"))
+    return driver.current_url
+
+
+def test_a_long_history_pages_filters_and_reads_plainly(many, tmp_path: Path, pg_url: str, browser) -> None:
+    ws, landed = many
+    with standalone(tmp_path, ws, pg_url, users=USERS) as api:
+        # signed out: a link to a page goes to Airflow's login page, which brings the user back to it
+        page = f"{api.base}/absreplay/jobs/{JOB}/checkpoints/21"
+        browser.get(page)
+        WebDriverWait(browser, WAIT_S).until(lambda d: urlsplit(d.current_url).path.startswith("/auth/login"))
+        assert parse_qs(urlsplit(browser.current_url).query)["next"] == [page]
+        name = wait(browser, (By.CSS_SELECTOR, "input[name='username']"))
+        name.send_keys("admin")
+        browser.find_element(By.CSS_SELECTOR, "input[type='password']").send_keys(USERS["admin"][1], Keys.ENTER)
+        WebDriverWait(browser, WAIT_S).until(lambda d: d.current_url == page)
+        # checkpoint 20 FAILED: 21's commit carried its records
+        assert wait(browser, (By.ID, "records")).text.startswith(f"{landed[19] + landed[20]:,} (committed with")
+        browser.get(f"{api.base}/absreplay/jobs/{JOB}/checkpoints/20")
+        assert wait(browser, (By.ID, "records")).text.startswith("0 (a failed checkpoint commits nothing")
+
+        # the pager and the filter, both ways; no URL carries an empty parameter
+        base = f"{api.base}/absreplay/jobs/{JOB}"
+        browser.get(base)
+        wait(browser, (By.ID, "checkpoints"))
+        assert listed(browser) == list(range(MANY, MANY - 25, -1))
+        shot(browser, tmp_path, "history-page-1")
+        assert after_click(browser, browser.find_element(By.LINK_TEXT, "older")) == f"{base}?page=2"
+        assert listed(browser) == list(range(MANY - 25, 0, -1))
+        assert "page 2 of 2" in browser.find_element(By.TAG_NAME, "form").text
+        assert after_click(browser, browser.find_element(By.LINK_TEXT, "newer")) == base
+        assert listed(browser) == list(range(MANY, MANY - 25, -1))
+        Select(browser.find_element(By.ID, "status-filter")).select_by_visible_text("FAILED")
+        WebDriverWait(browser, WAIT_S).until(lambda d: d.current_url == f"{base}?status=FAILED")
+        wait(browser, (By.ID, "checkpoints"))
+        assert listed(browser) == sorted(MANY_FAILED, reverse=True)
+        assert not browser.find_elements(By.LINK_TEXT, "older")
+        shot(browser, tmp_path, "history-failed")
+        Select(browser.find_element(By.ID, "status-filter")).select_by_visible_text("all")
+        WebDriverWait(browser, WAIT_S).until(lambda d: d.current_url == base)
+        wait(browser, (By.ID, "checkpoints"))
+        assert listed(browser) == list(range(MANY, MANY - 25, -1))
+        assert after_click(browser, browser.find_element(By.LINK_TEXT, "older")) == f"{base}?page=2"
+        browser.get(f"{base}?status=&page=2")  # a link of the broken pager, bookmarked
+        wait(browser, (By.ID, "checkpoints"))
+        assert listed(browser) == list(range(MANY - 25, 0, -1))
+
+        # numbers as a person reads them, alike in the chart and the table; phases once per checkpoint
+        browser.get(base)
+        row = wait(browser, (By.CSS_SELECTOR, '#checkpoints tr[data-checkpoint="29"]'))
+        cell = {c: row.find_element(By.CSS_SELECTOR, f"td.{c}").text for c in ("triggered", "duration", "bytes")}
+        assert cell == {"triggered": "2026-03-04 21:30:05 UTC", "duration": "3 min 4 s", "bytes": "2.3 KiB"}
+        hover = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="state"] g.bar[data-checkpoint="29"] title')
+        assert "count: 2.3 KiB" in hover.get_attribute("textContent").splitlines()
+        phases = browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="durations"] g.bar[data-checkpoint="29"] title')
+        assert phases.get_attribute("textContent").splitlines()[1:] == [
+            "alignment: 5 ms", "sync: 1.2 s", "async: 3 min 4 s"]
+        browser.find_element(By.LINK_TEXT, "29").click()
+        assert wait(browser, (By.ID, "phases")).text.startswith("alignment 5 ms, sync 1.2 s, async 3 min 4 s")
+        headers = [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#acks th")]
+        assert not any("ms" in h or "sync" in h for h in headers), headers
+        assert browser.find_element(By.ID, "completed").text == "2026-03-04 21:33:09 UTC"
+        shot(browser, tmp_path, "checkpoint-29")
+
+        # recover to the latest completed checkpoint: 30 is PENDING, processed again, not superseded
+        browser.find_element(By.PARTIAL_LINK_TEXT, "Recover to this checkpoint").click()
+        assert wait(browser, (By.ID, "superseded")).text.startswith("supersede no checkpoint: no checkpoint after 29")
+        assert browser.find_element(By.ID, "processed-again").text.startswith(
+            "process checkpoint 30 (PENDING) again under its own id")
+        shot(browser, tmp_path, "confirm-pending")

@@ -53,7 +53,7 @@ def test_report_counts_the_checkpoints_retention_keeps(tmp_path: Path, sqlite_ur
     assert ('<p id="retention">6 checkpoint(s) in the catalog&#39;s history, 3 of them retained (COMPLETED, '
             'restorable: retention keeps the newest 3 completed, and any whose sink output is not committed yet); '
             'the others: 3 SUBSUMED.</p>') in html
-    assert "trigger → complete ms" in html and "bytes written" in html and "Bytes written per checkpoint" in html
+    assert "trigger → complete</th>" in html and "bytes written" in html and "Bytes written per checkpoint" in html
 
 
 def test_report_of_an_unknown_job_is_bad_input(tmp_path: Path, sqlite_url: str) -> None:
