@@ -19,6 +19,7 @@ from airflow.sdk import DAG, Param, dag, task
 
 from absreplay.airflow import orchestration, sink_assets
 from absreplay.job_discovery import jobs_for_dags
+from absreplay.options import BIGINT_MAX
 from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -28,8 +29,8 @@ DOC = """
 
 Manual only. Fill in the form:
 
-- **checkpoint** — a checkpoint id (an integer >= 1), or empty for the latest
-  COMPLETED checkpoint. A FAILED, PENDING, SUBSUMED (garbage-collected) or
+- **checkpoint** — a checkpoint id (a whole number from 1 to 2^63-1), or empty for
+  the latest COMPLETED checkpoint. A FAILED, PENDING, SUBSUMED (garbage-collected) or
   unknown checkpoint fails the run with a message that says so; nothing changes.
 - **mode** — `full` (every task restarts from the checkpoint) or `partial`
   (only failed tasks and their upstream; records at or below the sinks'
@@ -58,6 +59,7 @@ PARAMS = {
         None,
         type=["null", "integer"],
         minimum=1,
+        maximum=BIGINT_MAX,  # the catalog's ids, as the command line and the view bound them
         title="Checkpoint id",
         description="Empty: the latest completed checkpoint.",
     ),

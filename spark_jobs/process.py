@@ -16,7 +16,9 @@ import spark_jobs.python_path  # noqa: F401, I001 - first: pyspark's bytecode, n
 import argparse
 import json
 import sys
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict
+from functools import partial
 from typing import TYPE_CHECKING
 
 from coordinator.checkpoints import recovery, rescale, run_plan, weak
@@ -78,10 +80,16 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     if args.recovery:
         weak.refuse(job, args.recovery)
     weak.check_run(job, args.snapshot_mode, args.restore_from)
+    refusals = nullcontext
     if args.recovery:
         request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback,
                                   args.airflow_run_id)
-        recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
+        # checked again: a finalize may have subsumed the checkpoint (or a run taken the lease) since the command
+        # line checked it, and this refusal too is a REFUSED row naming the run that asked
+        refusals = partial(recovery.refusals_recorded, store, job.name, request.kind, request.mode,
+                           request.checkpoint, request.airflow_run_id)
+        with refusals():
+            recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
 
     from spark_jobs.run.executor_loss import restarting_after_lost_executors
     from spark_jobs.recover import run_recovery
@@ -90,7 +98,9 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     from spark_jobs.run.snapshot import SnapshotMode
 
     mode = SnapshotMode(args.snapshot_mode)
-    with processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S) as token:
+    with ExitStack() as leased:
+        with refusals():
+            token = leased.enter_context(processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S))
         store = store.fenced(token)  # from here on, a run whose lease was taken over cannot write
         # what the run does, read once under the lease (an unknown --restore-from: exit 2); nothing to do: no Spark
         plan = None if args.recovery else run_plan.read(store, job, args.restore_from, args.max_epochs)

@@ -36,6 +36,7 @@ from coordinator.errors import (
     UsageError,
 )
 from absreplay.job_discovery import discover, get_job
+from absreplay.options import BIGINT_MAX
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 
@@ -321,10 +322,16 @@ def validate_recovery(
     except AbsError as exc:
         if recovery.is_refusal(exc):
             with _store(settings) as store:
-                requested = checkpoint if type(checkpoint) is int and checkpoint >= 1 else None
+                requested = checkpoint if is_checkpoint_id(checkpoint) else None
                 recovery.refuse(store, job, "rewind" if rewind is True else "recover", str(mode), requested,
                                 str(exc), airflow_run_id)
         raise
+
+
+def is_checkpoint_id(value: Any) -> bool:
+    """Whether ``value`` fits the catalog's checkpoint ids (a larger one is an overflow of the database's
+    driver, not an unknown id)."""
+    return type(value) is int and 1 <= value <= BIGINT_MAX
 
 
 def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any,
@@ -337,10 +344,9 @@ def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind:
         raise UsageError(f"fallback must be true or false, not {fallback!r}")
     if rewind and mode != "full":
         raise UsageError("rewind reprocesses every task from the checkpoint: use mode 'full' with rewind")
-    if checkpoint is not None and (isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or checkpoint < 1):
-        raise UsageError(
-            f"checkpoint must be an integer >= 1, or empty for the latest completed one; got {checkpoint!r}"
-        )
+    if checkpoint is not None and not is_checkpoint_id(checkpoint):
+        raise UsageError(f"checkpoint must be a whole number from 1 to {BIGINT_MAX}, or empty for the latest "
+                         f"completed one; got {checkpoint!r}")
     with _store(settings) as store:
         if checkpoint is None:
             latest = store.latest_completed(job)
@@ -401,9 +407,28 @@ def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
         raise
     print(f"$ absreplay {' '.join(args)}\n{stdout}", flush=True)
     if proc.returncode:
-        message = " ".join(stderr.split()).removeprefix("error: ") or f"no message; stdout: {stdout[-500:]}"
-        raise RecoveryCommandError(args, proc.returncode, message)
+        print(stderr, file=sys.stderr, flush=True)  # the JVM's and Spark's lines too: the message is one line
+        raise RecoveryCommandError(args, proc.returncode, command_error(stderr, stdout))
     return stdout
+
+
+def command_error(stderr: str, stdout: str) -> str:
+    """The one-line message of the command line (its ``error: `` line on stderr) or of the application it
+    spark-submitted (on stdout: Spark hands the driver's stderr to its own stdout), never the JVM's warnings;
+    without one (a bug), the exception of the last traceback, else the last line on stderr."""
+    for output in (stderr, stdout):
+        errors = [line.removeprefix("error: ").strip() for line in output.splitlines() if line.startswith("error: ")]
+        if errors:
+            return errors[-1]
+    for output in (stderr, stdout):
+        lines = output.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+        # the frames are indented; the first line after them that is not names the exception
+        raised = [line for line in lines[starts[-1] + 1:] if line and not line[0].isspace()] if starts else []
+        if raised:
+            return raised[0]
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return lines[-1] if lines else f"no message; stdout: {stdout[-500:]}"
 
 
 def run_recovery_publishing(settings: Settings, request: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:

@@ -1,6 +1,6 @@
 """`absreplay`: the command line of ABS Replay (the public contract of DESIGN.md section 7).
 
-Exit codes: 0 ok, 2 usage or bad input (nothing written), 1 failure.
+Exit codes: 0 ok, 2 usage or bad input (nothing written; a refused recover or rewind is a REFUSED row), 1 failure.
 """
 
 from __future__ import annotations
@@ -244,15 +244,12 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
     ctx = job_context(job)
     weak.refuse(ctx.job, kind)
     scale = _parallelism_args(ctx, parallelism)
-    try:  # a refusal (not a COMPLETED checkpoint, the lease held by a run) is audited with its reason
+    # a refusal (not a COMPLETED checkpoint, the lease held by a run) is audited with its reason
+    with recovery.refusals_recorded(ctx.store, job, kind, mode, checkpoint, airflow_run_id):
         target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode),
                                    checkpoint)
         with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds it
             pass
-    except Exception as exc:
-        if recovery.is_refusal(exc):
-            recovery.refuse(ctx.store, job, kind, mode, checkpoint, str(exc), airflow_run_id)
-        raise
     if target is None:
         out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")
     else:
@@ -260,8 +257,11 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
     args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode, *scale]
     args += ["--checkpoint", str(target)] if target is not None else []
     args += ["--airflow-run-id", airflow_run_id] if airflow_run_id else []
+    # the row this run left (its result, or the application's own refusal), not an earlier one of the job
+    # (or, for the recover DAG, of a previous try of its task)
+    earlier = {r["id"] for r in recovery.history(ctx.store, job, airflow_run_id)}
     code = run_processing(ctx.settings, args + (["--fallback"] if fallback else []))
-    rows = recovery.history(ctx.store, job)
+    rows = [r for r in recovery.history(ctx.store, job, airflow_run_id) if r["id"] not in earlier]
     if rows:
         out.print(views.recovery_line(rows[-1]))
     if code:

@@ -104,6 +104,7 @@ def test_recover_is_manual_with_defaults_latest_full_no_rewind(bag: DagBag) -> N
     [
         ("checkpoint", -1),
         ("checkpoint", 0),
+        ("checkpoint", 2**63),  # past the catalog's BIGINT ids, as the command line and the view refuse it
         ("checkpoint", "3"),
         ("checkpoint", 2.5),
         ("checkpoint", True),

@@ -205,10 +205,11 @@ BAD_REQUESTS = [
     (2, "full", False, r"checkpoint 2 of job 'wordcount' is FAILED \(TASK_DECLINED\)"),
     (4, "full", False, "checkpoint 4 of job 'wordcount' is still PENDING"),
     (99, "full", False, "checkpoint 99 of job 'wordcount' does not exist"),
-    (-1, "full", False, "checkpoint must be an integer >= 1"),
-    (0, "full", False, "checkpoint must be an integer >= 1"),
-    ("3", "full", False, "checkpoint must be an integer >= 1"),
-    (True, "full", False, "checkpoint must be an integer >= 1"),
+    (-1, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
+    (0, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
+    (2**63, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807.*got 9223372036854775808"),
+    ("3", "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
+    (True, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
     (3, "quick", False, "mode must be one of full, partial"),
     (3, "full", "yes", "rewind must be true or false"),
     (3, "partial", True, "use mode 'full' with rewind"),
@@ -259,6 +260,25 @@ def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history
         orchestration.run_recovery(history.settings, request)
     assert raised.value.exit_code == 2
     assert orchestration.fails_without_retry(raised.value)
+
+
+JVM = "Picked up JAVA_TOOL_OPTIONS: -XX:+UseSerialGC\nWARNING: Using incubator modules: jdk.incubator.vector\n"
+
+
+def test_a_failed_recovery_command_is_reported_by_its_error_line_not_the_jvms_first_line() -> None:
+    # the command line's own refusal, on its stderr
+    assert orchestration.command_error("error: checkpoint 3 of job 'wordcount' is SUBSUMED\n", "") == (
+        "checkpoint 3 of job 'wordcount' is SUBSUMED")
+    # the driver's refusal: spark-submit prints the driver's stderr on its stdout, after the JVM's own lines
+    driver = ("wordcount: rewind from checkpoint 1 (full)\nerror: checkpoint 1 of job 'wordcount' is SUBSUMED\n"
+              "recovery #2 (rewind, full): REFUSED; restored -, now at -, superseded 0\n"
+              "  checkpoint 1 of job 'wordcount' is SUBSUMED\n")
+    assert orchestration.command_error(JVM, driver) == "checkpoint 1 of job 'wordcount' is SUBSUMED"
+    # a bug in the driver: its traceback's exception, not the JVM's warning
+    crash = ("Traceback (most recent call last):\n  File \"process.py\", line 1, in <module>\n    run()\n"
+             "KeyError: 'cut'\nrecovery #3 (rewind, full): FAILED; restored -, now at -, superseded 0\n")
+    assert orchestration.command_error(JVM, crash) == "KeyError: 'cut'"
+    assert orchestration.command_error("", "") == "no message; stdout: "
 
 
 def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path, monkeypatch) -> None:

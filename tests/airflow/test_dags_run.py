@@ -2,13 +2,15 @@
 
 Barriers keep being injected while processing fails; the next epochs run
 processes every pending epoch in order, and the sink equals an independent
-recount.
+recount. The recover DAG's refusals: one its driver makes after the DAG checked
+the request, and a checkpoint id past the catalog's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -191,3 +193,117 @@ def test_a_job_from_the_jobs_folder_gets_dags_that_run_it_exactly_once(
             (f"postgres://{url.host}:{url.port or 5432}", f"{url.database}.public.dead_letters"):
                 ["partition", "offset", "reason", "payload"],
         }
+
+
+# `absreplay`, as the recover DAG runs it, while a processing run of the job completes checkpoint 4 and its
+# finalize subsumes checkpoint 1: after the command line checked the request, before spark-submit's driver does
+FINALIZE_WHILE_SUBMITTING = """
+from absreplay.commands import cli, submit
+from absreplay.job_discovery import get_job
+from coordinator.catalog.db import make_engine
+from coordinator.checkpoints.coordinator import CheckpointCoordinator
+from coordinator.checkpoints.state_handle import StateHandle
+from coordinator.checkpoints.store import CheckpointStore
+
+spark_submit = submit.run_processing
+
+
+def run_processing(settings, app_args, app=submit.PROCESS_APP):
+    store, job = CheckpointStore(make_engine(settings.database_url)), get_job("wordcount")
+    store.ack_many(job.name, 4, [StateHandle(t.operator, t.subtask) for t in job.execution_graph.tasks])
+    subsumed = CheckpointCoordinator(store, job, settings.data_dir, settings.state_uri).finalize().subsumed
+    print(f"meanwhile a finalize subsumed {subsumed}", flush=True)
+    return spark_submit(settings, app_args, app)
+
+
+submit.run_processing = run_processing
+cli.main()
+"""
+
+
+def follow_page(ws: Workspace, run_id: str) -> dict:
+    """What the view's follow page shows of the recover DAG's run (its API, which the page polls)."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.testclient import TestClient
+
+    from absreplay.airflow_plugin.access import auth_manager
+    from absreplay.airflow_plugin.app import app
+    from absreplay.airflow_plugin.catalog import catalog_engine
+
+    app.dependency_overrides[auth_manager] = SimpleAuthManager
+    app.dependency_overrides[catalog_engine] = lambda: ws.store.engine
+    app.dependency_overrides[get_user] = lambda: SimpleAuthManagerUser(username="admin", role="admin")
+    try:
+        response = TestClient(app, raise_server_exceptions=False).get(f"/api/jobs/wordcount/runs/{run_id}")
+    finally:
+        app.dependency_overrides.clear()
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_rewind_whose_checkpoint_a_finalize_subsumes_meanwhile_is_refused_and_recorded_for_its_run(
+    dags: dict, ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The request is valid when the DAG checks it and when the command line does; the driver, started by
+    spark-submit, finds checkpoint 1 SUBSUMED. The run fails once (no retry) with the driver's error line, not
+    the JVM's first line on stderr, and leaves a REFUSED row with its id, which the log and the view name."""
+    from absreplay.airflow import orchestration
+    from coordinator.checkpoints import recovery
+
+    for batch in range(4):
+        ws.land(batch, lines=20, partitions=1)
+        assert orchestration.inject_barrier(ws.settings, "wordcount")["checkpoint_id"] == batch + 1
+    for checkpoint_id in (1, 2, 3):
+        ws.complete(checkpoint_id)
+    earlier = recovery.refuse(ws.store, "wordcount", "recover", "full", 3, "an earlier run's refusal", "manual__old")
+    command = tmp_path / "absreplay"
+    command.write_text(f"#!{sys.executable}\n{FINALIZE_WHILE_SUBMITTING}")
+    command.chmod(0o755)
+    monkeypatch.setattr(orchestration, "absreplay_executable", lambda: str(command))
+
+    run = dags["abs_wordcount_recover"].test(run_conf={"checkpoint": 1, "mode": "full", "rewind": True})
+    assert run.state == "failed"
+    assert task_states("abs_wordcount_recover", run.run_id) == {
+        "validate_request": ("success", 1), "run_recovery": ("failed", 1)}
+    assert statuses(ws) == {1: "SUBSUMED", 2: "COMPLETED", 3: "COMPLETED", 4: "COMPLETED"}
+    rows = recovery.history(ws.store, "wordcount", run.run_id)
+    assert [(r["kind"], r["result"], r["requested_checkpoint_id"]) for r in rows] == [("rewind", "REFUSED", 1)]
+    reason = rows[0]["detail"]
+    assert reason.startswith("checkpoint 1 of job 'wordcount' is SUBSUMED") and "WARNING" not in reason
+    out, err = capfd.readouterr()
+    assert "meanwhile a finalize subsumed [1]" in out + err
+    assert f"`absreplay rewind wordcount --to 1 --airflow-run-id {run.run_id}` exited 2: {reason}" in out + err
+    assert f"recovery #{rows[0]['id']} (rewind, full): REFUSED" in out + err
+    assert f"recovery #{earlier} " not in out + err
+    followed = follow_page(ws, run.run_id)
+    assert (followed["state"], followed["recovery"]["id"]) == ("failed", rows[0]["id"])
+    assert followed["message"] == f"failed: refused (recovery #{rows[0]['id']}, nothing changed): {reason}"
+
+
+def test_a_checkpoint_id_past_the_catalogs_fails_the_recover_task_once_with_the_message(
+    dags: dict, ws: Workspace, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The form's schema refuses 2^63 (tests/airflow/test_dags.py); a run that got it past a form without
+    that bound (one parsed before it was added) fails its first task at once, never with the driver's overflow."""
+    from airflow.sdk import Param
+
+    from absreplay.job_discovery import get_job
+    from coordinator.checkpoints import recovery
+    from dags import abs_recover
+
+    monkeypatch.setattr(abs_recover, "PARAMS", {
+        **abs_recover.PARAMS, "checkpoint": Param(None, type=["null", "integer"], minimum=1)})
+    unbounded = abs_recover.recover_dag(get_job("wordcount"))
+
+    run = unbounded.test(run_conf={"checkpoint": 2**63})
+    assert run.state == "failed"
+    assert task_states("abs_wordcount_recover", run.run_id) == {
+        "validate_request": ("failed", 1), "run_recovery": ("upstream_failed", 0)}
+    message = ("checkpoint must be a whole number from 1 to 9223372036854775807, or empty for the latest "
+               "completed one; got 9223372036854775808")
+    out, err = capfd.readouterr()
+    assert message in out + err and "NumericValueOutOfRange" not in out + err
+    rows = recovery.history(ws.store, "wordcount", run.run_id)
+    assert [(r["result"], r["requested_checkpoint_id"], r["detail"]) for r in rows] == [("REFUSED", None, message)]

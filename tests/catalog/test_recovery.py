@@ -12,7 +12,7 @@ from sqlalchemy import text
 from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
-from coordinator.errors import StateIntegrityError, UsageError
+from coordinator.errors import CheckpointNotFoundError, StateIntegrityError, UsageError
 from tests.helpers import cli, crash, make_workspace
 
 pytestmark = pytest.mark.spark
@@ -128,6 +128,28 @@ def test_partial_recovery_from_an_older_checkpoint_is_refused(tmp_path, pg_url, 
     cycles(ws, spark, 2)
     with pytest.raises(UsageError, match="needs --mode full"):
         recovery.validate(ws.store, "wordcount", RecoveryKind.RECOVER, RecoveryMode.PARTIAL, 1)
+
+
+def test_a_checkpoint_subsumed_before_the_run_took_the_lease_is_a_refused_recovery(tmp_path, pg_url, spark):
+    """The application checks the request once more under the lease: a checkpoint a finalize subsumed
+    since is refused there too, nothing changed, and the row says so for the run that asked."""
+    from spark_jobs.recover import run_recovery
+    from spark_jobs.run.snapshot import SnapshotMode
+
+    ws = make_workspace(tmp_path, pg_url)
+    for checkpoint_id in range(1, 5):
+        ws.coordinator.inject()
+        ws.complete(checkpoint_id)
+    assert ws.coordinator.finalize().subsumed == [1]
+    before = ws.store.history(ws.job.name)
+    request = RecoveryRequest(RecoveryKind.REWIND, RecoveryMode.FULL, 1, airflow_run_id="manual__9")
+    with pytest.raises(CheckpointNotFoundError, match="is SUBSUMED"):
+        run_recovery(spark, ws.store, ws.job, ws.settings, request, SnapshotMode.ASYNC)
+    assert ws.store.history(ws.job.name) == before
+    (row,) = recovery.history(ws.store, ws.job.name)
+    assert (row["kind"], row["result"], row["requested_checkpoint_id"], row["airflow_run_id"]) == (
+        "rewind", "REFUSED", 1, "manual__9")
+    assert row["detail"].startswith("checkpoint 1 of job 'wordcount' is SUBSUMED") and row["finished_at"]
 
 
 def corrupt_latest(ws) -> str:

@@ -58,6 +58,34 @@ def test_a_recovery_while_another_run_holds_the_job_exits_2(catalog, pg_url) -> 
     assert (row["kind"], row["result"]) == ("recover", "REFUSED") and "holds its lease" in row["detail"]
 
 
+def test_a_rewind_whose_checkpoint_is_subsumed_after_the_command_checked_it_is_refused_by_the_driver(
+    catalog, spark, monkeypatch
+) -> None:
+    """A processing run completes checkpoints 3 and 4 and its finalize subsumes 1 while the command starts its
+    application: the driver refuses, audits it, and the command prints that row, not an earlier one."""
+    from absreplay.commands import submit
+
+    earlier = recovery.refuse(catalog.store, "wordcount", "recover", "full", 9, "an earlier refusal")
+    in_session = submit.run_in_session
+
+    def finalize_first(session, app_args, app=submit.PROCESS_APP):
+        for checkpoint_id in (3, 4):
+            catalog.coordinator.inject()
+            catalog.complete(checkpoint_id)
+        assert catalog.coordinator.finalize().subsumed == [1]
+        return in_session(session, app_args, app)
+
+    monkeypatch.setattr(submit, "run_in_session", finalize_first)
+    r = cli(catalog, "rewind", "wordcount", "--to", "1", spark=spark)
+    assert r.code == 2, r.out + r.err
+    assert "rewind from checkpoint 1" in r.out and "error: checkpoint 1 of job 'wordcount' is SUBSUMED" in r.err
+    rows = recovery.history(catalog.store, "wordcount")
+    assert [(row["id"], row["kind"], row["result"], row["requested_checkpoint_id"]) for row in rows] == [
+        (earlier, "recover", "REFUSED", 9), (rows[-1]["id"], "rewind", "REFUSED", 1)]
+    assert rows[-1]["detail"].startswith("checkpoint 1 of job 'wordcount' is SUBSUMED")
+    assert f"recovery #{rows[-1]['id']} (rewind, full): REFUSED" in r.out and f"recovery #{earlier} " not in r.out
+
+
 def test_rewind_as_typed_then_the_audit(ws, spark) -> None:
     out = cli_ok(ws, "rewind", "wordcount", "--to", "1", spark=spark)
     assert "recovery #1 (rewind, full): SUCCEEDED; restored 1, now at 3, superseded 1" in out
