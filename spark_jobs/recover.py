@@ -4,7 +4,8 @@
     2. restore every task's state from checkpoint N (no checkpoint completed yet: the empty
        state at the start of the sources) and check every file (nothing is
        changed yet: a missing or corrupt file stops here, or with --fallback moves to
-       the previous completed checkpoint);
+       the previous completed checkpoint), and every segment the replay reads (a changed
+       one refuses the recovery);
     3. settle the sinks and reset the checkpoints after N (coordinator.checkpoints.recovery);
     4. resume: process every pending epoch from N's cut (replays first), then finalize;
     5. record how it ended.
@@ -16,12 +17,12 @@ import time
 
 from pyspark.sql import SparkSession
 
-from coordinator.checkpoints import recovery, rescale
+from coordinator.checkpoints import recovery, rescale, run_plan
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
-from coordinator.errors import StateIntegrityError
+from coordinator.errors import SourceError, StateIntegrityError
 from coordinator.faults import fault_point
 from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators, refire
@@ -55,6 +56,14 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
     log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from checkpoint {request.checkpoint or 'latest'}")
     try:
         target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)
+    except BaseException as exc:
+        # checked last under the lease (a finalize may have subsumed the checkpoint meanwhile): nothing changed yet
+        refused = recovery.is_refusal(exc)
+        recovery.finish(store, recovery_id, RecoveryResult.REFUSED if refused else RecoveryResult.FAILED,
+                        detail=str(exc) if refused else failure_detail(exc))
+        raise
+    refused = False
+    try:
         fault_point("recovery.restore", target)
         runner = EpochRunner(spark, store, job, settings.data_dir, settings.state_uri, mode=snapshot_mode,
                              restore_from=target)
@@ -66,6 +75,13 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
             notes.append("no checkpoint has completed yet: every task starts from the empty state "
                          "at the start of the sources")
             log("  " + notes[-1])
+        try:
+            # what the replay will read, before the reset changes anything: a segment changed since it was
+            # read refuses the recovery, rather than failing it half done
+            runner.check_segments(run_plan.replayed(store, job, target))
+        except SourceError:
+            refused = True
+            raise
         state_rows = None
         if request.kind is RecoveryKind.REWIND:
             # each upsert sink's view of checkpoint N, to put rows written after N back to it
@@ -88,12 +104,17 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
         notes.append(f"resumed: {len(report.epochs)} epoch(s); committed {final.committed or 'none'}")
         log("  " + notes[-1])
     except BaseException as exc:
-        recovery.finish(store, recovery_id, RecoveryResult.FAILED,
-                        detail=f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        recovery.finish(store, recovery_id, RecoveryResult.REFUSED if refused else RecoveryResult.FAILED,
+                        detail=str(exc) if refused else failure_detail(exc))
         raise
     recovery.finish(store, recovery_id, RecoveryResult.SUCCEEDED, restored=target, detail="; ".join(notes),
                     back_edge_records=restored.back_edge_records)
     return report
+
+
+def failure_detail(exc: BaseException) -> str:
+    """A failed recovery's detail: the error's class and first line."""
+    return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def restore_checked(runner: EpochRunner, store: CheckpointStore, job: JobDefinition, target: int | None,

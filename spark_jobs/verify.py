@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from coordinator.checkpoints import rescale, weak
+from coordinator.checkpoints import rescale, run_plan, weak
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import get_job
@@ -148,7 +148,8 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
         cut = store.cut(job.name, n)
         plan = runner.plan_range(start, cut, n)
         # every segment from the start of the sources, those that source retention allowed deleting too
-        runner.check_reads([(f"(read to verify checkpoint {checkpoint_id})", plan.segments)])
+        runner.check_reads([(f"of epoch {barrier} (read to verify checkpoint {checkpoint_id})", segments)
+                            for barrier, segments in run_plan.by_barrier(store, job.name, plan.segments).items()])
         out = flow.epoch(spark, states, runner.read_records(plan), back_edge, watermarks, n,
                          job.loop_rounds if exact else None)
         states = {op: materialized(df, False) for op, df in out.states.items()}  # the operators' copies, mostly

@@ -18,7 +18,7 @@ from unittest import mock
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from absreplay.airflow.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay.commands.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
@@ -134,13 +134,22 @@ def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None, j
 
 def rewrite_unseen(segment: Path, old: str, new: str) -> None:
     """Replace ``old`` by ``new`` (as long) in a registered segment keeping its size and mtime: the one
-    change inject and a run cannot see (README, Sources), so what reads it reads other input."""
+    change inject cannot see; a run sees it by the segment's content tag, unless it has none
+    (``registered_untagged``), and then what reads it reads other input."""
     assert len(old.encode()) == len(new.encode())
     st = segment.stat()
     text = segment.read_text()
     assert old in text
     segment.write_text(text.replace(old, new))
     os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def registered_untagged(ws) -> None:
+    """The job's segments as if registered before content tags (revision 0010): checked by size and mtime."""
+    from coordinator.catalog.models import SourceSegment
+
+    with ws.store.sessions.begin() as s:
+        s.execute(update(SourceSegment).where(SourceSegment.job == ws.job.name).values(content_tag=None))
 
 
 ABSREPLAY = str(Path(sys.executable).parent / "absreplay")

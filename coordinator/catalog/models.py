@@ -130,6 +130,10 @@ class SourceSegment(Base):
     #: once it found the content unchanged (coordinator.sources.segment_changes), so it is not hashed again
     checksum: Mapped[str | None] = mapped_column(String(64))
     mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
+    #: what a run checks the file against before reading it, ``<kind>:<value>`` (a kind per way of telling a
+    #: file's content: ``xxh64`` of the bytes for a segment file, ``coordinator.sources.segment_reader``);
+    #: None for a Delta version (its commit is checked) and for segments registered before revision 0010
+    content_tag: Mapped[str | None] = mapped_column(String(255))
 
 
 class SourceCut(Base):
@@ -203,8 +207,31 @@ class SinkTransaction(Base):
     checksum: Mapped[str | None] = mapped_column(String(64))
 
 
+def storable_text(text: str | bytes) -> str:
+    """``text`` as text both catalogs store (PostgreSQL refuses NUL, UTF-8 a lone surrogate): NUL and what is
+    not UTF-8 as backslash escapes (``\\x00``, ``\\xff``), the rest as it is."""
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
+    return raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+
+
+def dead_letter_columns(reason: str, record: bytes) -> dict[str, str | bytes | None]:
+    """A dead letter's ``reason``, ``payload`` and ``payload_bytes`` for the bytes it keeps of its record:
+    ``payload`` readable (``storable_text``), ``payload_bytes`` the exact bytes when ``payload`` is not
+    their UTF-8, so nothing is stored twice and every record is kept whole (``record_bytes``)."""
+    payload = storable_text(record)
+    return {"reason": storable_text(reason), "payload": payload,
+            "payload_bytes": None if payload.encode("utf-8") == record else record}
+
+
+def record_bytes(payload: str, payload_bytes: bytes | None) -> bytes:
+    """The exact bytes a dead letter kept of its record (``dead_letter_columns``)."""
+    return payload.encode("utf-8") if payload_bytes is None else payload_bytes
+
+
 class DeadLetter(Base):
-    """A record that could not be processed (e.g. not UTF-8), kept instead of dropped silently."""
+    """A record that could not be processed (e.g. not UTF-8), kept instead of dropped silently. Its
+    ``payload`` is readable text; ``payload_bytes`` holds the record's bytes when they are not UTF-8 text
+    without NUL (``dead_letter_columns``)."""
 
     __tablename__ = "dead_letters"
     __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
@@ -217,7 +244,12 @@ class DeadLetter(Base):
     offset: Mapped[int] = mapped_column(BigInteger)
     reason: Mapped[str] = mapped_column(Text)
     payload: Mapped[str] = mapped_column(Text)
+    payload_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    @property
+    def record(self) -> bytes:
+        return record_bytes(self.payload, self.payload_bytes)
 
 
 class Recovery(Base):

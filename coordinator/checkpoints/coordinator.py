@@ -19,7 +19,7 @@ from coordinator.checkpoints import state_files, weak
 from coordinator.sources import delta_source, id_store, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog import audit
-from coordinator.catalog.models import DeadLetter, SourceSegment
+from coordinator.catalog.models import DeadLetter, SourceSegment, dead_letter_columns
 from coordinator.errors import DeadLetterShareError, TolerableFailuresExceededError
 from coordinator.faults import fault_point
 from coordinator.dataflow.jobs import JobDefinition
@@ -103,10 +103,10 @@ class CheckpointCoordinator:
                 renames.check(partition, name, seg.bytes, seg.checksum)
                 s.add(SourceSegment(job=job, partition=partition, name=name, first_offset=offset,
                                     records=seg.records, bytes=seg.bytes, checksum=seg.checksum,
-                                    mtime_ns=seg.mtime_ns))
+                                    mtime_ns=seg.mtime_ns, content_tag=seg.content_tag))
                 s.add_all(
                     DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=partition, segment=name,
-                               offset=offset + bad.offset_in_segment, reason=bad.reason, payload=bad.payload)
+                               offset=offset + bad.offset_in_segment, **dead_letter_columns(bad.reason, bad.payload))
                     for bad in seg.bad_records
                 )
                 if seg.id_records:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 
 from coordinator.catalog import audit
-from coordinator.catalog.models import DeadLetter, SourceCut, SourceSegment
+from coordinator.catalog.models import Checkpoint, DeadLetter, SourceCut, SourceSegment
 from coordinator.checkpoints import recovery, weak
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.sinks.dead_letters import DeadLetters
@@ -107,6 +108,35 @@ def epoch_between(segments: list[SourceSegment], dead: list[tuple[int, str, int]
 def segments_of(store: CheckpointStore, job: str) -> list[SourceSegment]:
     with store.sessions() as s:
         return list(s.scalars(select(SourceSegment).where(SourceSegment.job == job)))
+
+
+def replayed(store: CheckpointStore, job: JobDefinition, after: int | None) -> list[EpochPlan]:
+    """The epochs a recovery to checkpoint ``after`` reads again, known before it resets anything: the
+    records up to each PENDING or COMPLETED checkpoint after it (``recovery.superseded_by``), each epoch
+    under that checkpoint's id (its replay gets a new one). Without dead letters: for checking the segments."""
+    with store.sessions() as s:
+        ids = list(s.scalars(select(Checkpoint.checkpoint_id).where(
+            Checkpoint.job == job.name, Checkpoint.checkpoint_id > (after or 0),
+            Checkpoint.status.in_([CheckpointStatus.PENDING, CheckpointStatus.COMPLETED]),
+        ).order_by(Checkpoint.checkpoint_id)))
+    if not ids:
+        return []
+    cuts, segments = _cuts(store, job.name, [after or 0, *ids]), segments_of(store, job.name)
+    return [epoch_between(segments, [], cuts[start], cuts[ck], ck)
+            for start, ck in zip([after or 0, *ids[:-1]], ids, strict=True)]
+
+
+def by_barrier(store: CheckpointStore, job: str, segments: list[SourceSegment]) -> dict[int, list[SourceSegment]]:
+    """``segments`` by the barrier that registered them, the epoch they belong to: the first checkpoint whose
+    cut lies past their first offset (``epoch_between``'s rule), in one query."""
+    with store.sessions() as s:
+        cuts = s.execute(select(SourceCut.checkpoint_id, SourceCut.partition, SourceCut.offset).where(
+            SourceCut.job == job).order_by(SourceCut.checkpoint_id)).all()
+    out: dict[int, list[SourceSegment]] = {}
+    for seg in segments:
+        barrier = next(ck for ck, p, o in cuts if p == seg.partition and o > seg.first_offset)
+        out.setdefault(barrier, []).append(seg)
+    return dict(sorted(out.items()))
 
 
 def read(store: CheckpointStore, job: JobDefinition, restore_from: int | None = None,

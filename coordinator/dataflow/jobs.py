@@ -154,9 +154,11 @@ class JobDefinition:
 
     def format_of(self, partition: str) -> RecordFormat:
         """The record format of a partition's segments (``<source>/<partition>`` with several sources)."""
-        if len(self.sources) == 1:
-            return self.sources[0][1]
-        return dict(self.sources)[partition.split("/", 1)[0]]
+        return dict(self.sources)[self.source_of(partition)]
+
+    def source_of(self, partition: str) -> str:
+        """The name of the source a partition belongs to (``<source>/<partition>`` with several sources)."""
+        return self.sources[0][0] if len(self.sources) == 1 else partition.split("/", 1)[0]
 
     @property
     def source_names(self) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from enum import StrEnum
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from coordinator.catalog.models import DeadLetter, IdFilter, IdWatermark, RecordId
+from coordinator.catalog.models import DeadLetter, IdFilter, IdWatermark, RecordId, dead_letter_columns
 from coordinator.checkpoints.policy import IdStorePolicy
 from coordinator.sources import source
 from coordinator.sources.id_filter import WindowFilter, is_legacy
@@ -378,7 +378,7 @@ def dead_letters_for(
         payloads = source.read_payloads(seg.path, {i for _, i in items})
         letters.extend(
             DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=seg.partition, segment=seg.name,
-                       offset=r.arrival.offset, reason=r.reason, payload=payloads[i])
+                       offset=r.arrival.offset, **dead_letter_columns(r.reason, payloads[i]))
             for r, i in items
         )
     return letters

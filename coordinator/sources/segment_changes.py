@@ -6,7 +6,9 @@ unchanged without reading it: one ``stat`` per segment. Otherwise its content
 is hashed again: the same content under a new mtime (touched, copied back) is
 unchanged; anything else is a change, reported with the segment named
 (SourceError, exit code 2), never read silently by one reader and not by the
-other. A rewrite that keeps both the size and the mtime is not seen.
+other. A rewrite that keeps both the size and the mtime is not seen by that
+``stat``: a run, a recovery's replay and ``verify`` also hash every segment they
+read against its content tag (``check_before_run``), inject does not.
 
 Source retention: a segment may be deleted once it lies entirely before the
 cut of the oldest COMPLETED checkpoint, the furthest back any restore,
@@ -25,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -33,7 +35,10 @@ from sqlalchemy.orm import Session
 from coordinator.catalog.models import Checkpoint, SourceCut, SourceSegment
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import SourceError
-from coordinator.sources.segment_reader import checksum_of
+from coordinator.sources.segment_reader import TAG_KIND, checksum_of, content_tag_of
+
+if TYPE_CHECKING:
+    from coordinator.dataflow.jobs import JobDefinition
 
 IMMUTABLE = (
     "a segment must not change once it has its final name, and a name is not reused: put the registered "
@@ -58,11 +63,13 @@ class Registered(Protocol):
     def checksum(self) -> str | None: ...
     @property
     def mtime_ns(self) -> int | None: ...
+    @property
+    def content_tag(self) -> str | None: ...
 
 
 #: the columns a ``Registered`` row needs, to load them without ORM objects (inject reads every one)
 REGISTERED_COLUMNS = (SourceSegment.partition, SourceSegment.name, SourceSegment.first_offset, SourceSegment.records,
-                      SourceSegment.bytes, SourceSegment.checksum, SourceSegment.mtime_ns)
+                      SourceSegment.bytes, SourceSegment.checksum, SourceSegment.mtime_ns, SourceSegment.content_tag)
 
 
 class Change(StrEnum):
@@ -122,19 +129,40 @@ def describe(seg: Registered, found: FileCheck) -> str:
     return f"changed after inject: {sizes}, with other content (its sha256 differs)"
 
 
-def check_before_run(root: Path, reads: Iterable[tuple[str, Sequence[Registered]]]) -> None:
-    """Every segment a run will read is as registered; ``reads``: (what reads them, e.g. "of epoch 3",
-    the segments). SourceError names the first that is not."""
+def other_content(seg: Registered, path: Path | str) -> str | None:
+    """The file's content tag when it is not the registered one (None: it is, or the segment has none,
+    registered before revision 0010). Reads the whole file."""
+    if seg.content_tag is None:
+        return None
+    kind = seg.content_tag.split(":", 1)[0]
+    if kind != TAG_KIND:
+        raise SourceError(f"segment {path} has a content tag of kind {kind!r}, which this version of ABS Replay "
+                          f"cannot check (it checks {TAG_KIND!r})")
+    now = content_tag_of(path)
+    return None if now == seg.content_tag else now
+
+
+def check_before_run(job: JobDefinition, root: Path, reads: Iterable[tuple[str, Sequence[Registered]]]) -> None:
+    """Every segment a run will read is as registered: its size and mtime, then its content against its
+    content tag, each file read once more here. Spark's readers cannot check it instead: the line reader
+    splits a file across tasks and the Parquet reader reads a file's columns, not its bytes. ``reads``:
+    (what reads them, e.g. "of epoch 3", the segments). SourceError names the first that is not, with its
+    job and source."""
     for purpose, segments in reads:
         for seg in segments:
             path = root / seg.partition / seg.name
+            where = f"job {job.name!r}, source {job.source_of(seg.partition)!r}: segment {path} {purpose}"
             found = check_file(seg, path)
-            if found.ok:
-                continue
             if found.change is Change.GONE:
-                raise SourceError(f"segment {path} {purpose} {describe(seg, found)}: segments must stay where they "
-                                  f"landed (put it back, unchanged)")
-            raise SourceError(f"segment {path} {purpose} {describe(seg, found)}; {IMMUTABLE}")
+                raise SourceError(f"{where} {describe(seg, found)}: segments must stay where they landed (put it "
+                                  f"back, unchanged)")
+            if not found.ok:
+                raise SourceError(f"{where} {describe(seg, found)}; {IMMUTABLE}")
+            # a new mtime was hashed already (``check_file``): only an unchanged stat can hide a rewrite
+            if found.change is Change.UNCHANGED and (now := other_content(seg, path)):
+                raise SourceError(f"{where} changed after inject: the same size ({seg.bytes:,} bytes) and mtime but "
+                                  f"other content (its content tag is {now}, {seg.content_tag} registered); "
+                                  f"{IMMUTABLE}")
 
 
 @dataclass

@@ -13,7 +13,9 @@ offset, but only its length and first ``PAYLOAD_PREVIEW`` bytes are kept
 
 The checksum is the sha256 of every byte read, so ``bytes``, ``checksum`` and
 the records describe exactly the same content; ``mtime_ns`` is the file's
-modification time when it was opened.
+modification time when it was opened. The content tag (``content_tag``) is the
+XXH64 of the same bytes, computed in the same pass: what a run checks the file
+against before Spark reads it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+import xxhash
 
 from coordinator.errors import ConfigError, SourceError
 
@@ -50,6 +54,20 @@ def new_checksum() -> hashlib._Hash:
     return hashlib.sha256()
 
 
+#: the kind of content tag a segment file gets (``source_segments.content_tag`` is ``<kind>:<value>``)
+TAG_KIND = "xxh64"
+
+
+def new_tag_digest() -> xxhash.xxh64:
+    """The digest of a segment file's content tag: XXH64 (seed 0, as ``xxh64sum`` prints it), several times
+    faster than sha256, since every run hashes the segments it reads once more."""
+    return xxhash.xxh64()
+
+
+def content_tag(digest: xxhash.xxh64) -> str:
+    return f"{TAG_KIND}:{digest.hexdigest()}"
+
+
 @dataclass(frozen=True, slots=True)
 class LongLine:
     """A line longer than the maximum: its length and first bytes only."""
@@ -61,10 +79,10 @@ class LongLine:
 Line = bytes | LongLine
 
 
-def preview(line: Line) -> str:
-    """A record as a dead letter's payload: its first ``PAYLOAD_PREVIEW`` bytes, undecodable ones escaped."""
-    head = line.head if isinstance(line, LongLine) else line[:PAYLOAD_PREVIEW]
-    return head.decode("utf-8", errors="backslashreplace")
+def preview(line: Line) -> bytes:
+    """A record as a dead letter's payload: its first ``PAYLOAD_PREVIEW`` bytes, as they are (the catalog
+    stores any bytes: ``coordinator.catalog.models.dead_letter_columns``)."""
+    return line.head if isinstance(line, LongLine) else bytes(line[:PAYLOAD_PREVIEW])
 
 
 def open_segment(path: Path | str) -> BinaryIO:
@@ -87,6 +105,7 @@ class SegmentReader:
         self.chunk_bytes = chunk_bytes
         self.bytes = 0
         self.checksum = ""
+        self.content_tag = ""
         self.mtime_ns = 0
 
     def lines(self) -> Iterator[Line]:
@@ -97,13 +116,14 @@ class SegmentReader:
         """The segment's lines in order, a chunk's worth at a time, each batch with whether it
         holds a ``LongLine``."""
         limit = self.max_line
-        digest = new_checksum()
+        digest, tag = new_checksum(), new_tag_digest()
         # the line being read across chunks: its first bytes (all of it while within the limit), its length
         carry, carry_len = bytearray(), 0
         with open_segment(self.path) as f:
             self.mtime_ns = os.fstat(f.fileno()).st_mtime_ns
             while chunk := f.read(self.chunk_bytes):
                 digest.update(chunk)
+                tag.update(chunk)
                 self.bytes += len(chunk)
                 parts = chunk.split(b"\n")
                 last = parts.pop()
@@ -120,7 +140,7 @@ class SegmentReader:
             if carry_len:
                 line = _join(carry, carry_len, b"", limit)
                 yield [line], isinstance(line, LongLine)
-        self.checksum = digest.hexdigest()
+        self.checksum, self.content_tag = digest.hexdigest(), content_tag(tag)
 
 
 def _long(line: bytes) -> LongLine:
@@ -150,13 +170,33 @@ def _join(carry: bytearray, carry_len: int, end: bytes, limit: int) -> Line:
 def checksum_of(path: Path | str, limit: int | None = None) -> str:
     """The checksum of the file's content (of its first ``limit`` bytes when given), streamed."""
     digest = new_checksum()
+    _stream(path, (digest,), limit)
+    return digest.hexdigest()
+
+
+def content_tag_of(path: Path | str) -> str:
+    """The file's content tag (``TAG_KIND``), streamed."""
+    tag = new_tag_digest()
+    _stream(path, (tag,))
+    return content_tag(tag)
+
+
+def checksum_and_tag_of(path: Path | str) -> tuple[str, str]:
+    """The file's checksum and content tag, in one pass."""
+    digest, tag = new_checksum(), new_tag_digest()
+    _stream(path, (digest, tag))
+    return digest.hexdigest(), content_tag(tag)
+
+
+def _stream(path: Path | str, digests: tuple, limit: int | None = None) -> None:
+    """Feed the file's content (its first ``limit`` bytes when given) to each of ``digests``."""
     left = limit
     with open_segment(path) as f:
         while left is None or left > 0:
             chunk = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
             if not chunk:
                 break
-            digest.update(chunk)
+            for digest in digests:
+                digest.update(chunk)
             if left is not None:
                 left -= len(chunk)
-    return digest.hexdigest()

@@ -32,7 +32,7 @@ from typing import Any
 from coordinator.errors import SourceError
 from coordinator.sources.event_time import event_time_ms
 from coordinator.sources.record_formats import JsonLines, ParquetFiles, RecordFormat, TextLines
-from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_of, preview
+from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_and_tag_of, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]*$")
@@ -49,7 +49,8 @@ def is_complete_segment(name: str) -> bool:
 class BadRecord:
     offset_in_segment: int
     reason: str
-    payload: str
+    #: the record's first bytes (``segment_reader.preview``)
+    payload: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,8 @@ class ScannedSegment:
     bad_records: list[BadRecord] = field(default_factory=list)
     #: segments of records with ids only (envelopes, an id field): every valid record, in offset order
     id_records: list[IdRecord] = field(default_factory=list)
+    #: the content tag of the bytes read (``segment_reader.content_tag``)
+    content_tag: str | None = None
 
 
 class BadIdRecordError(ValueError):
@@ -288,7 +291,7 @@ def scan_segment(
                     bad.append(found)
         records += len(batch)
     return ScannedSegment(partition, path.name, path, records, reader.bytes, reader.checksum, reader.mtime_ns,
-                          bad, ids)
+                          bad, ids, reader.content_tag)
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -299,7 +302,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, str]:
+def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, bytes]:
     """Previews of some of a segment's records (for dead letters decided after the scan), streamed."""
     found: dict[int, str] = {}
     last = max(offsets_in_segment, default=-1)
@@ -330,11 +333,12 @@ def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegmen
         raise SourceError(f"segment {path} is not a Parquet file: {str(exc).splitlines()[0]}") from None
     rows, nulls = checked_parquet_rows(parquet, fmt.fields, f"segment {path}")
     bad = [BadRecord(i, reason, payload) for i, reason, payload in nulls]
-    return ScannedSegment(partition, path.name, path, rows.num_rows, stat.st_size, checksum_of(path),
-                          stat.st_mtime_ns, bad, [])
+    checksum, tag = checksum_and_tag_of(path)
+    return ScannedSegment(partition, path.name, path, rows.num_rows, stat.st_size, checksum, stat.st_mtime_ns, bad,
+                          [], tag)
 
 
-def checked_parquet_rows(parquet, fields, where: str) -> tuple[Any, list[tuple[int, str, str]]]:
+def checked_parquet_rows(parquet, fields, where: str) -> tuple[Any, list[tuple[int, str, bytes]]]:
     """The declared columns of a ``pyarrow.parquet.ParquetFile`` (a segment, a Delta table's file), and its
     rows with a null in one: (row index, reason, payload) each, dead letters. SourceError naming ``where`` for
     a missing declared column or one of another type (``parquet_column_problem``)."""
@@ -347,7 +351,7 @@ def checked_parquet_rows(parquet, fields, where: str) -> tuple[Any, list[tuple[i
         if problem := parquet_column_problem(parquet, name, t):
             raise SourceError(f"{where}: column {name!r} {problem}")
     rows = parquet.read(columns=[name for name, _ in fields])
-    bad: list[tuple[int, str, str]] = []
+    bad: list[tuple[int, str, bytes]] = []
     valid = None
     for column in rows.columns:
         mask = column.is_valid()

@@ -43,7 +43,9 @@ def parse(fmt: RecordFormat, lines: DataFrame) -> DataFrame:
         parsed = F.from_json(F.col("line"), spark_schema(fmt.fields, nullable=True), {"timeZone": SESSION_TIME_ZONE})
     elif isinstance(fmt, Csv):
         ddl = ", ".join(f"`{c}` {t}" for c, t in fmt.fields)
-        parsed = F.from_csv(F.col("line"), ddl, {"sep": fmt.delimiter, "timeZone": SESSION_TIME_ZONE})
+        # without the CRs that end a CRLF line, as inject checked it (``Csv.problem``)
+        line = F.regexp_replace(F.col("line"), r"\r+\z", "")
+        parsed = F.from_csv(line, ddl, {"sep": fmt.delimiter, "timeZone": SESSION_TIME_ZONE})
     else:
         return lines.select("line", *positions)
     return lines.select(parsed.alias("r"), *positions).select("r.*", *[c for c in ("_partition", "_seq")

@@ -167,8 +167,9 @@ class EpochRunner:
     def check_reads(self, reads: list[tuple[str, list[SourceSegment]]]) -> None:
         """``reads``: (what reads them, the segments): segment files (``segment_changes``) and Delta versions
         (``delta_source``) are each as registered, or SourceError names the first that is not."""
-        segment_changes.check_before_run(self.input_dir, [(why, delta_source.file_segments(self.job, segments))
-                                                          for why, segments in reads])
+        segment_changes.check_before_run(self.job, self.input_dir,
+                                         [(why, delta_source.file_segments(self.job, segments))
+                                          for why, segments in reads])
         delta_source.check_before_run(self.job, reads)
 
     @property

@@ -28,7 +28,7 @@ from absreplay_examples.definitions import connected_components
 from absreplay_examples.sample_data import land_segment
 from absreplay_examples.union_find import labels_at
 from coordinator.errors import StateIntegrityError
-from tests.helpers import cli_ok, crash, make_workspace, rewrite_unseen, start
+from tests.helpers import cli_ok, crash, make_workspace, registered_untagged, rewrite_unseen, start
 
 pytestmark = pytest.mark.spark
 JOB = "connected_components"
@@ -207,9 +207,11 @@ def test_verify_recomputes_the_meaning_of_a_checkpoint_with_a_loop(tmp_path, pg_
     report = verify(spark, ws.store, ws.job, ws.settings, 2)
     assert report.equal, report
     assert report.stored_rows == report.recomputed_rows == len(expected(ws))
-    # an edge before the cut rewritten behind the catalog's back (unseen: the same size and mtime), so the
-    # recomputation disagrees; a change the catalog sees is named instead (tests/runs/test_verify.py)
+    # an edge before the cut rewritten behind the catalog's back (unseen: the same size and mtime, a segment
+    # registered before content tags), so the recomputation disagrees; a change the catalog sees is named
+    # instead (tests/runs/test_verify.py, tests/sources/test_rewritten_segments.py)
     seg = ws.input_dir / "p0" / "seg-000000.txt"
+    registered_untagged(ws)
     rewrite_unseen(seg, "8 7\n", "1 9\n")
     report = verify(spark, ws.store, ws.job, ws.settings, 2)
     assert not report.equal and report.recomputed_rows == report.stored_rows

@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.checkpoints.lifecycle import FailureReason
 from coordinator.errors import CheckpointNotFoundError, SourceError
-from tests.helpers import cli, make_workspace, rewrite_unseen
+from tests.helpers import cli, make_workspace, registered_untagged, rewrite_unseen
 
 
 @pytest.mark.sink_unchecked("a source segment is rewritten behind the catalog's back on purpose")
@@ -22,8 +22,10 @@ def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, s
         report = verify(spark, ws.store, ws.job, ws.settings, checkpoint)
         assert report.equal, report
         assert report.stored_rows == report.recomputed_rows == len(ws.expected_at(checkpoint))
-    # a segment before the cut is rewritten behind the catalog's back (segments must be immutable)
+    # a segment before the cut, registered before content tags, is rewritten behind the catalog's back
+    # (segments must be immutable; a tagged one is refused: tests/sources/test_rewritten_segments.py)
     seg = sorted((ws.input_dir / "p0").iterdir())[0]
+    registered_untagged(ws)
     rewrite_unseen(seg, "w1 ", "zz ")
     report = verify(spark, ws.store, ws.job, ws.settings, None)
     assert not report.equal and report.subtasks_differing
@@ -36,7 +38,8 @@ def test_verify_equal_then_differences_when_a_source_changed(tmp_path, pg_url, s
         verify(spark, ws.store, ws.job, ws.settings, 4)
     # a change the catalog sees is named instead: it is the source that differs, not the state
     seg.write_text(seg.read_text() + "late words\n")
-    with pytest.raises(SourceError, match=f"segment {seg} \\(read to verify checkpoint 3\\) changed after inject"):
+    with pytest.raises(SourceError, match=f"segment {seg} of epoch 1 \\(read to verify checkpoint 3\\) changed after "
+                                          f"inject"):
         verify(spark, ws.store, ws.job, ws.settings, None)
 
 
@@ -52,15 +55,16 @@ def test_verify_from_the_command_line(tmp_path, sqlite_url, spark) -> None:
     assert "checkpoint 1 verified" in r.out
     r = cli(ws, "verify", "wordcount", "--checkpoint", "42", spark=spark)
     assert r.code == 2 and "checkpoint 42 of job 'wordcount' does not exist" in r.err
-    # the seeded source rewritten unseen: the command says DIFFERS and exits 1
+    # the seeded source, registered before content tags, rewritten unseen: the command says DIFFERS and exits 1
     seg = sorted((ws.input_dir / "p0").iterdir())[0]
+    registered_untagged(ws)
     rewrite_unseen(seg, "w1 ", "zz ")
     r = cli(ws, "verify", "wordcount", spark=spark)
     assert r.code == 1 and "checkpoint 1 DIFFERS from a recomputation" in r.out and "word='zz'" in r.out, r.out
     # deleted: named, exit 2 (verify reads every segment from the start of the sources)
     seg.unlink()
     r = cli(ws, "verify", "wordcount", spark=spark)
-    assert r.code == 2 and f"segment {seg} (read to verify checkpoint 1) was registered at inject" in r.err, r.err
+    assert r.code == 2 and f"segment {seg} of epoch 1 (read to verify checkpoint 1) was registered at inject" in r.err, r.err
 
 
 def test_verify_that_cannot_check_says_so_with_its_own_exit_code(tmp_path, sqlite_url, spark) -> None:

@@ -78,7 +78,7 @@ def test_scanning_a_jsonl_segment_returns_ids_and_bad_records(tmp_path) -> None:
     scanned = scan_segment("p0", seg, ENVELOPES)
     assert scanned.records == 4
     assert [(r.offset_in_segment, r.record_id, r.ts) for r in scanned.id_records] == [(0, "a", 5), (2, "7", 6), (3, "a", 5)]
-    assert [(b.offset_in_segment, b.payload) for b in scanned.bad_records] == [(1, "oops")]
+    assert [(b.offset_in_segment, b.payload) for b in scanned.bad_records] == [(1, b"oops")]
     assert scanned.bad_records[0].reason.startswith("not a JSON object")
 
 

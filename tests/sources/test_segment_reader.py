@@ -64,7 +64,7 @@ def test_a_long_line_is_one_bad_record_with_its_length_and_a_preview(tmp_path) -
     [bad] = scanned.bad_records
     assert bad.offset_in_segment == 1
     assert bad.reason == "line of 2,097,152 bytes is longer than the maximum of 1,048,576 bytes (ABS_MAX_LINE_BYTES)"
-    assert bad.payload == "x" * PAYLOAD_PREVIEW
+    assert bad.payload == b"x" * PAYLOAD_PREVIEW
     assert (scanned.bytes, scanned.checksum) == (seg.stat().st_size, checksum_of(seg))
 
 
