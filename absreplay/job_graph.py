@@ -10,8 +10,9 @@ from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, P
 from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.sinks.dead_letters import DeadLetters
+from coordinator.sinks.declarations import SqlTable
 from coordinator.sinks.deletes import DELETE
-from coordinator.types import Schema
+from coordinator.types import Schema, sql_type
 
 STATELESS = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
 KEYED = {"aggregate": OperatorKind.KEYED_REDUCE, "process": OperatorKind.STATEFUL_MAP,
@@ -112,6 +113,9 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
     if key is not None and tuple(c for c, _ in wanted[:len(key)]) != key:
         raise ValueError(f"job {job.name!r}, sink {node.name!r}: columns must start with the key "
                          f"{', '.join(map(repr, key))}")
+    if isinstance(node.target, SqlTable):  # here, not at the first finalize, once the epochs have run
+        for c, t in wanted:
+            sql_type(t, f"job {job.name!r}, sink {node.name!r}, column {c!r}")
     return SinkSpec(node.name, node.target, wanted, key, src.name, from_state=upsert)
 
 

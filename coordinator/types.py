@@ -23,6 +23,8 @@ _ARROW = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double"
           "boolean": pa.bool_(), "timestamp": pa.timestamp("us", tz="UTC")}
 _SQL = {"string": sa.Text, "long": sa.BigInteger, "int": sa.Integer, "double": sa.Float(53),
         "boolean": sa.Boolean, "timestamp": sa.DateTime(timezone=True)}
+#: the DDL names of the scalar types a column may be declared as (``array<...>`` of any of them too)
+SCALARS = tuple(_ARROW)
 
 
 def ddl(t: type | str | _pytypes.GenericAlias) -> str:

@@ -72,7 +72,7 @@ def lineage(job: JobDefinition, settings: Settings) -> Any:
 
     root = source.input_dir(Path(settings.data_dir), job.name)
     several = len(job.sources) > 1
-    inputs = [_dataset(InputDataset, storage_uri(fmt.uri if isinstance(fmt, DeltaSource) else
+    inputs = [_dataset(InputDataset, storage_uri(fmt.location if isinstance(fmt, DeltaSource) else
                                                  str(root / name if several else root)), _source_fields(fmt))
               for name, fmt in job.sources]
     outputs = [_dataset(OutputDataset, sink.declaration.location(settings.database_url), sink.columns)

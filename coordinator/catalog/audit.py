@@ -4,8 +4,10 @@ One place for the catalog queries both share, typed results, read-only.
 Status, timing, size and failure reason per checkpoint come from the public
 views ``snapshot_history`` and ``checkpoint_stats``; what the views do not hold
 (alignment time, state per operator, the epoch's record count, acks, sink
-transactions, dead letters, recoveries) from the tables. The epoch of a
-checkpoint holds the records between the previous barrier's cut and its own;
+transactions, dead letters, recoveries) from the tables. The records of a
+checkpoint are those its commit carries: the ones between the previous barrier's
+cut and its own, and those of the FAILED checkpoints just before it (a FAILED
+checkpoint commits nothing: the next run starts from the last completed one);
 a replay checkpoint re-does the epoch of the checkpoint it replays. What share
 of an epoch's records are dead letters is read here only (``epoch_dead_letters``),
 by ``inject``, a run's line per epoch and the view alike.
@@ -29,7 +31,9 @@ from coordinator.catalog.models import (
     SourceCut,
     TaskAck,
     UTCDateTime,
+    record_bytes,
 )
+from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import CheckpointNotFoundError
 
 SNAPSHOT_HISTORY = table(
@@ -88,7 +92,7 @@ class EpochPoint:
     status: str
     triggered_at: datetime | None
     duration_ms: int | None
-    #: the slowest subtask's phases: barrier alignment, synchronous copy, asynchronous write
+    #: the checkpoint's phases (``SnapshotPhases``): barrier alignment, synchronous copy, asynchronous write
     alignment_ms: int
     sync_ms: int
     async_ms: int
@@ -137,7 +141,14 @@ class DeadLetterRow:
     segment: str
     offset: int
     reason: str
+    #: readable text, NUL and undecodable bytes escaped; ``payload_bytes``: the exact bytes when they differ
     payload: str
+    payload_bytes: bytes | None
+
+    @property
+    def record(self) -> bytes:
+        """The exact bytes this dead letter kept of its record."""
+        return record_bytes(self.payload, self.payload_bytes)
 
 
 def percent(share: float) -> str:
@@ -197,6 +208,17 @@ class RecoveryRow:
 
 
 @dataclass(frozen=True)
+class SnapshotPhases:
+    """A checkpoint's barrier alignment, synchronous and asynchronous phase. A run measures them once for the
+    checkpoint and records that one figure on every ack (a weak job's acks record none), so they are the
+    checkpoint's, never an operator's own."""
+
+    alignment_ms: int = 0
+    sync_ms: int = 0
+    async_ms: int = 0
+
+
+@dataclass(frozen=True)
 class CheckpointDetail:
     """Everything the catalog holds about one checkpoint."""
 
@@ -218,6 +240,8 @@ class CheckpointDetail:
     recovery_id: int | None
     #: recoveries that asked for, restored, reached or created this checkpoint
     recoveries: list[RecoveryRow] = field(default_factory=list)
+    #: the snapshot's phases, measured once for the whole checkpoint (``snapshot_phases``)
+    phases: SnapshotPhases | None = None
 
 
 def _summary_query(job: str):
@@ -255,21 +279,52 @@ def checkpoint_page(engine: Engine, job: str, status: str | None = None, offset:
     return CheckpointPage(job, status or None, offset, limit, int(total), [_summary(r) for r in rows])
 
 
-def epoch_records(cuts: dict[int, dict[str, int]], replay_of: dict[int, int | None]) -> dict[int, int]:
-    """Records of each checkpoint's epoch: its cut minus the previous original barrier's cut."""
+def original_checkpoint(replay_of: dict[int, int | None], checkpoint_id: int) -> int:
+    """The original checkpoint whose epoch ``checkpoint_id`` is: itself, or what its chain of replays re-does."""
+    original, seen = checkpoint_id, set()
+    while replay_of.get(original) is not None and original not in seen:
+        seen.add(original)
+        original = replay_of[original]  # type: ignore[assignment]
+    return original
+
+
+def epochs(c, job: str) -> dict[int, int]:
+    """Each checkpoint of ``job`` -> the original checkpoint whose epoch it is (``original_checkpoint``): the
+    epochs' order, which ids no longer follow after a recovery (its replays get ids above every epoch's)."""
+    replay_of = _replays(c, job)
+    return {cid: original_checkpoint(replay_of, cid) for cid in replay_of}
+
+
+def later_epochs(epoch_of: dict[int, int], checkpoint_id: int) -> frozenset[int]:
+    """The checkpoints (of ``epochs``) whose epoch comes after ``checkpoint_id``'s, whatever their ids: what a
+    rewind to ``checkpoint_id`` takes out of an append sink (0: before every epoch)."""
+    position = epoch_of.get(checkpoint_id, checkpoint_id)
+    return frozenset(cid for cid, epoch in epoch_of.items() if epoch > position)
+
+
+def epoch_records(cuts: dict[int, dict[str, int]], replay_of: dict[int, int | None],
+                  failed: Iterable[int] = ()) -> dict[int, int]:
+    """Records each checkpoint's commit carries: its cut minus the previous original barrier's cut that was
+    not ``failed``; a replay, those of the epoch it re-does. A FAILED checkpoint carries none: its records go
+    with the next checkpoint that is not (a run resumes from the last completed one, so that one's epoch
+    holds them). Without ``failed``: the records each barrier registered."""
+    failed = set(failed)
     records: dict[int, int] = {}
     previous: dict[str, int] = {}
     for cid in sorted(cuts):
         if replay_of.get(cid) is None:
             cut = cuts[cid]
             records[cid] = sum(max(0, off - previous.get(p, 0)) for p, off in cut.items())
-            previous = cut
+            if cid not in failed:
+                previous = cut
+    carried = 0  # a FAILED replay's epoch: redone by the next run, in the next checkpoint it completes
     for cid in sorted(cuts):
-        original, seen = cid, set()
-        while replay_of.get(original) is not None and original not in seen:
-            seen.add(original)
-            original = replay_of[original]  # type: ignore[assignment]
-        records[cid] = records.get(original, 0)
+        original = original_checkpoint(replay_of, cid)
+        own = records.get(original, 0)
+        if cid in failed:
+            records[cid], carried = 0, carried + own * (original != cid)
+        else:
+            records[cid], carried = own + carried, 0
     return records
 
 
@@ -285,6 +340,26 @@ def _replays(c, job: str) -> dict[int, int | None]:
     return dict(c.execute(select(Checkpoint.checkpoint_id, Checkpoint.replay_of).where(Checkpoint.job == job)).all())
 
 
+def _failed(c, job: str) -> set[int]:
+    return set(c.scalars(select(Checkpoint.checkpoint_id).where(
+        Checkpoint.job == job, Checkpoint.status == CheckpointStatus.FAILED)))
+
+
+def _records(c, job: str) -> dict[int, int]:
+    """The records each checkpoint's commit carries (``epoch_records``)."""
+    return epoch_records(_cuts(c, job), _replays(c, job), _failed(c, job))
+
+
+def snapshot_phases(c, job: str, checkpoint_ids: Iterable[int] | None = None) -> dict[int, SnapshotPhases]:
+    """Each checkpoint's snapshot phases (``SnapshotPhases``: the same on all its acks; the largest if not)."""
+    query = (select(TaskAck.checkpoint_id, func.max(TaskAck.alignment_ms), func.max(TaskAck.sync_ms),
+                    func.max(TaskAck.async_ms)).where(TaskAck.job == job).group_by(TaskAck.checkpoint_id))
+    if checkpoint_ids is not None:
+        query = query.where(TaskAck.checkpoint_id.in_(sorted(set(checkpoint_ids))))
+    return {int(cid): SnapshotPhases(int(a or 0), int(sy or 0), int(asy or 0))
+            for cid, a, sy, asy in c.execute(query)}
+
+
 def _first_reasons(c, job: str, checkpoint_id: int) -> tuple[str, ...]:
     return tuple(c.scalars(
         select(DeadLetter.reason).where(DeadLetter.job == job, DeadLetter.checkpoint_id == checkpoint_id)
@@ -295,7 +370,8 @@ def epoch_dead_letters(engine: Engine, job: str, checkpoint_ids: Iterable[int]) 
     """Each checkpoint's dead letters (the rows recorded with it: ``checkpoint_stats.dead_letters``, the
     first distinct reasons) against its epoch's records (``epoch_records``). A replay's own dead letters
     are the late records its run found; those of the lines it re-reads stay with the barrier that
-    registered them, which reported them at inject."""
+    registered them, which reported them at inject. A FAILED checkpoint carries no record: its dead
+    letters are counted against the records its barrier registered."""
     ids = sorted(set(checkpoint_ids))
     if not ids:
         return {}  # e.g. a run with nothing pending: no need to read every cut
@@ -303,11 +379,13 @@ def epoch_dead_letters(engine: Engine, job: str, checkpoint_ids: Iterable[int]) 
         counts = {int(cid): int(n) for cid, n in c.execute(
             select(DeadLetter.checkpoint_id, func.count())
             .where(DeadLetter.job == job, DeadLetter.checkpoint_id.in_(ids)).group_by(DeadLetter.checkpoint_id))}
-        records = epoch_records(_cuts(c, job), _replays(c, job))
+        cuts, replays, failed = _cuts(c, job), _replays(c, job), _failed(c, job)
+        records = epoch_records(cuts, replays, failed)
+        registered = epoch_records(cuts, replays) if failed.intersection(ids) else records
         reasons = {cid: _first_reasons(c, job, cid) for cid in counts}
     figures = {}
     for cid in ids:
-        count, epoch = counts.get(cid, 0), records.get(cid, 0)
+        count, epoch = counts.get(cid, 0), (registered if cid in failed else records).get(cid, 0)
         figures[cid] = EpochDeadLetters(count, epoch, count / epoch if epoch else 0.0, reasons.get(cid, ()))
     return figures
 
@@ -321,26 +399,21 @@ def timeline(engine: Engine, job: str) -> list[EpochPoint]:
             .join(CHECKPOINT_STATS, (s.job == Checkpoint.job) & (s.checkpoint_id == Checkpoint.checkpoint_id))
             .order_by(SNAPSHOT_HISTORY.c.checkpoint_id)
         ).all()
-        phases = {
-            int(r.checkpoint_id): r for r in c.execute(
-                select(TaskAck.checkpoint_id, func.max(TaskAck.alignment_ms).label("alignment_ms"),
-                       func.max(TaskAck.sync_ms).label("sync_ms"), func.max(TaskAck.async_ms).label("async_ms"))
-                .where(TaskAck.job == job).group_by(TaskAck.checkpoint_id))
-        }
+        phases = snapshot_phases(c, job)
         by_operator: dict[int, dict[str, int]] = {}
         for cid, operator, size in c.execute(
                 select(TaskAck.checkpoint_id, TaskAck.operator, func.sum(TaskAck.state_bytes))
                 .where(TaskAck.job == job).group_by(TaskAck.checkpoint_id, TaskAck.operator)):
             by_operator.setdefault(int(cid), {})[operator] = int(size or 0)
-        records = epoch_records(_cuts(c, job), {int(r.checkpoint_id): r.replay_of for r in base})
+        records = _records(c, job)
     points = []
     for r in base:
-        summary, cid, p = _summary(r), int(r.checkpoint_id), phases.get(int(r.checkpoint_id))
+        summary, cid = _summary(r), int(r.checkpoint_id)
+        p = phases.get(cid, SnapshotPhases())
         points.append(EpochPoint(
             checkpoint_id=cid, status=summary.status, triggered_at=summary.triggered_at,
             duration_ms=summary.duration_ms,
-            alignment_ms=int(p.alignment_ms or 0) if p else 0, sync_ms=int(p.sync_ms or 0) if p else 0,
-            async_ms=int(p.async_ms or 0) if p else 0, records=records.get(cid, 0),
+            alignment_ms=p.alignment_ms, sync_ms=p.sync_ms, async_ms=p.async_ms, records=records.get(cid, 0),
             state_bytes_by_operator=by_operator.get(cid, {}),
             back_edge_records=int(r.back_edge_records or 0), back_edge_bytes=int(r.back_edge_bytes or 0),
             failure_reason=summary.failure_reason, failure_detail=r.failure_detail, replay_of=summary.replay_of,
@@ -385,16 +458,17 @@ def checkpoint_detail(engine: Engine, job: str, checkpoint_id: int) -> Checkpoin
                     BackEdgeLog.job == job, BackEdgeLog.checkpoint_id == checkpoint_id)
                     .order_by(BackEdgeLog.operator, BackEdgeLog.subtask)).all()]
         cuts = _cuts(c, job)
-        replays = _replays(c, job)
+        records = epoch_records(cuts, _replays(c, job), _failed(c, job))
+        phases = snapshot_phases(c, job, [checkpoint_id]).get(checkpoint_id, SnapshotPhases())
     summary = _summary(row)
     dead = epoch_dead_letters(engine, job, [checkpoint_id])[checkpoint_id]
     return CheckpointDetail(
         job=job, summary=summary, snapshot_mode=row.snapshot_mode, failure_detail=row.failure_detail,
-        cut=cuts.get(checkpoint_id, {}), records=epoch_records(cuts, replays).get(checkpoint_id, 0),
+        cut=cuts.get(checkpoint_id, {}), records=records.get(checkpoint_id, 0),
         acks=acks, sink_transactions=txns, dead_letter_count=dead.count, dead_letter_figures=dead, dead_letters=letters,
         back_edge_records=int(row.back_edge_records or 0), back_edge_bytes=int(row.back_edge_bytes or 0),
         back_edge_logs=logs, recovery_id=row.recovery_id,
-        recoveries=recoveries_touching(engine, job, checkpoint_id, row.recovery_id),
+        recoveries=recoveries_touching(engine, job, checkpoint_id, row.recovery_id), phases=phases,
     )
 
 

@@ -15,7 +15,8 @@ the checkpoints after N depends on what they are:
 holds (its cut is at or below the sink's high-water marks) is DEDUPLICATED at
 commit, never written twice. ``rewind`` (after a bug fix) puts the sink back to
 checkpoint N first (rows written after N are reverted to N's values or
-deleted, and the high-water marks go back to N's cut) so the replays' output
+deleted; an append sink loses the rows of every epoch after N's, whichever ids
+stamp them; the high-water marks go back to N's cut) so the replays' output
 replaces the old output instead of adding to it.
 
 A request refused before anything changed (a processing run holds the job's
@@ -26,6 +27,8 @@ the same rule ``reset_after`` applies (``superseded_by``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -33,6 +36,7 @@ import pyarrow as pa
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from coordinator.catalog import audit
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransaction, SourceCut, utcnow
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
@@ -121,6 +125,19 @@ def refuse(store: CheckpointStore, job: str, kind: str, mode: str, requested: in
         return row.id
 
 
+@contextmanager
+def refusals_recorded(store: CheckpointStore, job: str, kind: str, mode: str, requested: int | None,
+                      airflow_run_id: str | None = None) -> Iterator[None]:
+    """Record a refusal raised inside (``is_refusal``) as REFUSED with its reason (``refuse``), and re-raise it:
+    each step that checks a request again (the command line, the processing application) audits what it refuses."""
+    try:
+        yield
+    except Exception as exc:
+        if is_refusal(exc):
+            refuse(store, job, kind, mode, requested, str(exc), airflow_run_id)
+        raise
+
+
 def running(s: Session, job: str) -> Recovery | None:
     """The job's recovery in progress (a RUNNING row), if any."""
     return s.scalars(select(Recovery).where(Recovery.job == job, Recovery.result == RecoveryResult.RUNNING)
@@ -184,8 +201,8 @@ def reset_after(
     in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
 
     ``state_rows``: for a rewind, each upsert sink's view of checkpoint ``restored`` (its columns
-    and ``updated``), the values rows written later are reverted to; append sinks drop what later
-    checkpoints appended. ``restored`` None: the empty state
+    and ``updated``), the values rows written later are reverted to; append sinks drop what the
+    checkpoints of later epochs appended. ``restored`` None: the empty state
     (nothing had completed), every checkpoint comes after it.
     """
     out = ResetOutcome()
@@ -262,14 +279,19 @@ class RecoveryPreview:
     restores: int | None
     #: the checkpoints it supersedes (each re-done by a replay with a new id)
     superseded: list[int]
-    #: the sinks' committed output after ``restores``: replaced for a rewind; kept for a recover (replays
-    #: of epochs the sink holds are deduplicated)
+    #: the sinks' committed output of epochs after ``restores`` still in them: replaced for a rewind; kept
+    #: for a recover (replays of epochs the sink holds are deduplicated)
     later_output: list[SinkOutput]
+    #: the PENDING checkpoints after ``restores`` it does not supersede: the resumed run processes them
+    #: under their own ids (a crashed attempt's acks dropped, its staged output aborted)
+    processed_again: list[int] = field(default_factory=list)
 
 
 def preview(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode,
             requested: int | None) -> RecoveryPreview:
-    """What ``kind`` from ``requested`` would change (reads only; refuses as ``validate`` does)."""
+    """What ``kind`` from ``requested`` would change (reads only; refuses as ``validate`` does): the
+    checkpoints ``reset_after`` would supersede (``superseded_by`` on the same rows), the PENDING ones the
+    resumed run processes as they are, and each sink's output of later epochs that is in it now."""
     target = validate(store, job, kind, mode, requested)
     after = target or 0
     with store.sessions() as s:
@@ -277,16 +299,29 @@ def preview(store: CheckpointStore, job: str, kind: RecoveryKind, mode: Recovery
                                .order_by(Checkpoint.checkpoint_id)))
         superseded = [c.checkpoint_id for c in superseded_by(kind, later)]
         output = s.execute(
-            select(SinkTransaction.sink, SinkTransaction.checkpoint_id, SinkTransaction.rows)
-            .where(SinkTransaction.job == job, SinkTransaction.checkpoint_id > after,
-                   SinkTransaction.status == SinkTxnStatus.COMMITTED)
+            select(SinkTransaction.sink, SinkTransaction.checkpoint_id, SinkTransaction.rows,
+                   SinkTransaction.finished_at)
+            .where(SinkTransaction.job == job, SinkTransaction.status == SinkTxnStatus.COMMITTED)
             .order_by(SinkTransaction.sink, SinkTransaction.checkpoint_id)).all()
+        epoch_of = audit.epochs(s, job)
+        rewinds = s.execute(select(Recovery.from_checkpoint_id, Recovery.started_at).where(
+            Recovery.job == job, Recovery.kind == RecoveryKind.REWIND, Recovery.from_checkpoint_id.is_not(None),
+            Recovery.result != RecoveryResult.REFUSED)).all()
+    processed_again = [c.checkpoint_id for c in later
+                       if c.status == CheckpointStatus.PENDING and c.checkpoint_id not in superseded]
+    # what a rewind to ``after`` takes out, by the rule its revert applies (``sinks.revert_after``)
+    replaced = audit.later_epochs(epoch_of, after)
+    reverts = [(audit.later_epochs(epoch_of, back), started) for back, started in rewinds]
     sinks_out: dict[str, SinkOutput] = {}
-    for sink, checkpoint_id, rows in output:
-        out = sinks_out.setdefault(sink, SinkOutput(sink))
-        out.checkpoints.append(checkpoint_id)
-        out.rows += rows
-    return RecoveryPreview(kind, target, superseded, list(sinks_out.values()))
+    for sink, checkpoint_id, rows, finished_at in output:
+        # a later rewind to an earlier epoch already put the sink back: that output is no longer in it
+        reverted = any(checkpoint_id in gone and finished_at is not None and started > finished_at
+                       for gone, started in reverts)
+        if checkpoint_id in replaced and not reverted:
+            out = sinks_out.setdefault(sink, SinkOutput(sink))
+            out.checkpoints.append(checkpoint_id)
+            out.rows += rows
+    return RecoveryPreview(kind, target, superseded, list(sinks_out.values()), processed_again)
 
 
 def store_cut(s: Session, job: str, checkpoint_id: int) -> dict[str, int]:

@@ -15,7 +15,7 @@ checkpoint ids; the catalog's high-water marks keep those out
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -46,10 +46,12 @@ class SinkTarget(Protocol):
         ``checkpoint_id`` as committed with it. False, writing nothing: it was committed already."""
         ...
 
-    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table, later: Collection[int]) -> int:
         """Put the target back to exactly checkpoint ``checkpoint_id`` (a rewind): a keyed target then
-        holds exactly ``rows``; an append target drops what checkpoints after it appended. The commit
-        record goes back to ``checkpoint_id``. Returns the rows written or removed."""
+        holds exactly ``rows``; an append target drops what the checkpoints ``later`` appended, those
+        whose epochs come after ``checkpoint_id``'s (after a recovery ids no longer follow the epochs:
+        a replay's id is above those of the later epochs' checkpoints whose rows stay in the target).
+        The commit record goes back to ``checkpoint_id``. Returns the rows written or removed."""
         ...
 
     def read(self) -> pa.Table:

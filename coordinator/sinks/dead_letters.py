@@ -4,18 +4,19 @@ They are an output of the epoch like any other, so they reach the catalog's
 ``dead_letters`` table two-phase, exactly once, with the checkpoint that found
 them: staged with the checkpoint, inserted by its commit in the catalog's own
 transaction (the sink transaction's status guards a retry), deleted again by a
-rewind to an earlier checkpoint. Their ``segment`` is the operator's name.
+rewind to the checkpoint of an earlier epoch. Their ``segment`` is the operator's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import pyarrow as pa
 from sqlalchemy import delete, insert
 from sqlalchemy.orm import Session
 
-from coordinator.catalog.models import DeadLetter
+from coordinator.catalog.models import DeadLetter, dead_letter_columns
 from coordinator.sinks.base import SinkTarget
 from coordinator.sinks.locations import sql_table_uri
 
@@ -53,11 +54,14 @@ class DeadLetterTarget:
         if rows.num_rows:
             s.execute(insert(DeadLetter), [
                 {"job": job, "checkpoint_id": checkpoint_id, "partition": r["partition"], "segment": self.operator,
-                 "offset": r["offset"], "reason": r["reason"], "payload": r["payload"]}
+                 "offset": r["offset"], **dead_letter_columns(r["reason"], r["payload"].encode("utf-8"))}
                 for r in rows.to_pylist()])
         return True
 
-    def revert_in(self, s: Session, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+    def revert_in(self, s: Session, job: str, sink: str, checkpoint_id: int, rows: pa.Table,
+                  later: Collection[int]) -> int:
+        # those of the epochs after this one's: a recovery's deduplicated replays leave an epoch's dead letters
+        # under the superseded checkpoint, whose id may be below the rewind's target
         return s.execute(delete(DeadLetter).where(
-            DeadLetter.job == job, DeadLetter.segment == self.operator, DeadLetter.checkpoint_id > checkpoint_id,
+            DeadLetter.job == job, DeadLetter.segment == self.operator, DeadLetter.checkpoint_id.in_(sorted(later)),
         )).rowcount

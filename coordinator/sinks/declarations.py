@@ -3,38 +3,22 @@
 A declaration holds no connection and no schema; ``target(schema, key, catalog_url)`` makes the
 ``SinkTarget`` for the columns the job sends it (``coordinator.sinks.base``). Where a target is may
 name environment variables, read when the target is made: ``${NAME}`` or ``${NAME:-default}``
-(defaults may hold variables too), so one job file serves every environment.
+(defaults may hold variables too; ``coordinator.sinks.locations.expand``), so one job file serves every
+environment.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from coordinator.errors import ConfigError
+from coordinator.keywords import checked_keywords
 from coordinator.sinks.base import SinkTarget
-from coordinator.sinks.locations import sql_table_uri, storage_uri
-
-_INNERMOST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
+from coordinator.sinks.locations import expand, sql_table_uri, storage_uri
 
 
-def expand(text: str) -> str:
-    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (ConfigError, exit 2,
-    for a variable that is unset and has no default)."""
-    while True:
-        m = _INNERMOST.search(text)
-        if m is None:
-            return text
-        name, default = m.group(1), m.group(2)
-        value = os.environ.get(name) or default
-        if value is None:
-            raise ConfigError(f"sink location {text!r} names ${{{name}}}, which is not set")
-        text = text[:m.start()] + value + text[m.end():]
-
-
+@checked_keywords()
 @dataclass(frozen=True)
 class SqlTable:
     """A table in the catalog database (``url`` None) or in any SQLAlchemy database the job names,
@@ -56,6 +40,7 @@ class SqlTable:
         return sql_table_uri((expand(self.url) if self.url else None) or catalog_url, self.table)
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class ParquetDirectory:
     """A directory of Parquet files, one subdirectory per committed checkpoint, renamed into place
@@ -73,6 +58,7 @@ class ParquetDirectory:
         return storage_uri(expand(self.path))
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class DeltaTable:
     """A Delta Lake table (the ``deltalake`` package): each checkpoint is one Delta commit carrying

@@ -18,8 +18,9 @@ transaction) instead of writing twice; the caller retries, and the retry finds t
   removes by;
 - revert: one commit that both puts the content back and sets the transaction to the checkpoint (for
   an app id the newest SetTransaction counts, whatever its version; RESTORE would leave the newer one
-  in place): keyed, an overwrite with ``rows``; append, an overwrite of ``abs_checkpoint_id > N`` with
-  nothing (an append revert to a checkpoint at or after the newest committed one changes nothing).
+  in place): keyed, an overwrite with ``rows``; append, an overwrite with nothing of the rows whose
+  ``abs_checkpoint_id`` is a checkpoint of an epoch after N's, whatever its id (an append revert that
+  finds no such row, and whose record is no such checkpoint, changes nothing).
   A later checkpoint then commits again.
 
 A table holds one sink's output. I/O errors come out as ``OSError`` or ``deltalake``'s ``DeltaError``
@@ -28,6 +29,7 @@ for the caller to translate; ``deltalake`` is imported when a method runs.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -142,21 +144,23 @@ class DeltaTable:
                                             "num_target_files_removed")):
             write_deltalake(self._open(), self.schema.empty_table(), mode="append", commit_properties=props)
 
-    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table, later: Collection[int]) -> int:
         from deltalake import write_deltalake
 
         table = self._open()
         props = _commit_properties(job, sink, checkpoint_id)
         if self.key is None:
             done = table.transaction_version(app_id(job, sink))
-            if done is None or done <= checkpoint_id:  # nothing after it to remove; the record never moves up
+            ids = sorted(int(c) for c in later)
+            # by epoch, not by id: a checkpoint below ``checkpoint_id`` may hold a later epoch's rows
+            removed = table.to_pyarrow_dataset().count_rows(filter=pc.field(CHECKPOINT_COLUMN).isin(ids)) if ids else 0
+            if done is None or (not removed and done not in later):  # nothing to remove; the record never moves up
                 return 0
-            later = pc.field(CHECKPOINT_COLUMN) > checkpoint_id
-            removed = table.to_pyarrow_dataset().count_rows(filter=later)
             # an overwrite by predicate commits even when nothing matches (a DELETE of nothing does not),
             # so the transaction goes back to the checkpoint either way
             write_deltalake(table, self.table_schema.empty_table(), mode="overwrite",
-                            predicate=f"`{CHECKPOINT_COLUMN}` > {int(checkpoint_id)}", commit_properties=props)
+                            predicate=f"`{CHECKPOINT_COLUMN}` IN ({', '.join(map(str, ids))})",
+                            commit_properties=props)
             return removed
         write_deltalake(table, self._conform(rows), mode="overwrite", commit_properties=props)
         return rows.num_rows

@@ -16,19 +16,42 @@ User names and passwords are never part of it (a remote location's ``user:passwo
 dropped; a bare ``container@`` that names the data, as in ``abfss://``, stays), nor are query
 strings: they say how to connect, not what the data is. A relative path is made absolute
 against the working directory, as the target itself resolves it where the commit runs.
+
+Every location a job declares (a sink's path, URI or database URL, a Delta source's table) may name
+environment variables, ``${NAME}`` or ``${NAME:-default}``, read by ``expand`` when the location is
+used, not when the job file is imported.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from sqlalchemy.engine import make_url
+
+from coordinator.errors import ConfigError
 
 #: default ports, as the providers' normalizers fill them in
 _PORTS = {"postgres": 5432, "mysql": 3306}
 #: SQLAlchemy backend name -> the scheme Airflow's providers use
 _SCHEMES = {"postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
+#: a ``${NAME}`` or ``${NAME:-default}`` holding no other one: defaults may name variables too
+_INNERMOST = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
+
+
+def expand(text: str, what: str = "sink location") -> str:
+    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (ConfigError, exit 2,
+    for a variable that is unset and has no default; ``what`` names the location in its message)."""
+    while True:
+        m = _INNERMOST.search(text)
+        if m is None:
+            return text
+        name, default = m.group(1), m.group(2)
+        value = os.environ.get(name) or default
+        if value is None:
+            raise ConfigError(f"{what} {text!r} names ${{{name}}}, which is not set")
+        text = text[:m.start()] + value + text[m.end():]
 
 
 def sql_table_uri(database_url: str, table: str) -> str:

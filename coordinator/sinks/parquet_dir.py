@@ -13,11 +13,11 @@ one). A checkpoint that deletes keys (tombstones, ``coordinator.sinks.deletes``)
 new version whole: the content without those keys, its rows upserted, as one compacted checkpoint of the
 next generation, published as a revert is. A revert builds the whole new content as the next generation under a staging name (keyed:
 ``rows`` as one compacted checkpoint ``N``; append: hard links to the files of the checkpoints it
-keeps, and an empty checkpoint ``N`` if it has none) and renames it into place. That rename is the one
-moment the content changes, so a commit or revert that dies at any step leaves the old content or the
-new one, never a mix, and running it again converges. Older generations and stale staging directories
-go after the rename or with the next write. A revert of an append sink to a checkpoint at or after the
-newest committed one changes nothing.
+keeps, those not of the epochs after N's whatever their ids, and an empty checkpoint ``N`` if it has
+none) and renames it into place. That rename is the one moment the content changes, so a commit or
+revert that dies at any step leaves the old content or the new one, never a mix, and running it again
+converges. Older generations and stale staging directories go after the rename or with the next write.
+A revert of an append sink that holds no checkpoint of a later epoch changes nothing.
 
 Reading it without ABS Replay: ``pyarrow.dataset.dataset(path, partitioning="hive")``, keep the rows of
 the highest ``generation``, and for a keyed sink the row of the highest ``checkpoint_id`` per key.
@@ -34,10 +34,11 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from coordinator.checkpoints.manifests import fsync
@@ -62,8 +63,16 @@ def _numbered(parent: Path | None, pattern: re.Pattern[str]) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
+def _type_name(t: pa.DataType) -> str:
+    """A column's type as the directory's files and the declaration are compared: a list's items unnamed,
+    since Parquet names them ``element`` where Arrow says ``item``."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_type_name(t.value_type)}>"
+    return str(t)
+
+
 def _types(schema: pa.Schema) -> dict[str, str]:
-    return {f.name: str(f.type) for f in schema}
+    return {f.name: _type_name(f.type) for f in schema}
 
 
 def _owner_key(owner: dict) -> tuple[str, ...] | None:
@@ -132,20 +141,21 @@ class ParquetDirectory:
         self._publish(stage, live / f"checkpoint_id={checkpoint_id}")
         return True
 
-    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table, later: Collection[int]) -> int:
         self._claim(job, sink)
         self._tidy()
         live = self._live()
         checkpoints = _numbered(live, _CHECKPOINT)
         stage = self._stage()
         if self.key is None:
-            dropped = [p for n, p in checkpoints.items() if n > checkpoint_id]
+            # by epoch, not by id: a checkpoint below ``checkpoint_id`` may hold a later epoch's rows
+            dropped = [p for n, p in checkpoints.items() if n in later]
             if not dropped:
                 return 0
             touched = sum(pq.read_metadata(p / PART).num_rows for p in dropped)
             stage.mkdir()
             for n, p in checkpoints.items():
-                if n <= checkpoint_id:  # a hard link: the kept checkpoints are not copied
+                if n not in later:  # a hard link: the kept checkpoints are not copied
                     (stage / p.name).mkdir()
                     os.link(p / PART, stage / p.name / PART)
                     fsync(stage / p.name)
@@ -167,13 +177,10 @@ class ParquetDirectory:
         rows = pa.concat_tables(parts)
         if self.key is None:
             return rows
-        # checkpoint order in, so each key's last row is its newest (ordered aggregation: one thread)
-        key = list(self.key)
-        values = [c for c in self.schema.names if c not in key]
-        keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-        newest = rows.group_by(key, use_threads=False).aggregate([(c, "last", keep_nulls) for c in values])
-        newest = newest.select([*(f"{c}_last" for c in values), *key]).rename_columns([*values, *key])
-        return newest.select(self.schema.names)
+        # checkpoint order in, so each key's last row is its newest; taken by position, since Arrow's "last"
+        # aggregate has no kernel for list columns
+        positions = rows.select(list(self.key)).append_column("_position", pa.array(np.arange(rows.num_rows)))
+        return rows.take(positions.group_by(list(self.key)).aggregate([("_position", "max")]).column("_position_max"))
 
     def _keys(self, rows: pa.Table) -> list[tuple]:
         return list(zip(*(rows.column(c).to_pylist() for c in self.key), strict=True)) if rows.num_rows else []

@@ -16,8 +16,8 @@ keys' rows in the same transaction, after its upserts.
 
 from __future__ import annotations
 
-import csv
 import io
+from collections.abc import Collection
 from functools import cached_property
 
 import pyarrow as pa
@@ -32,9 +32,24 @@ from coordinator.types import sql_type
 COMMITS = "absreplay_sink_commits"
 
 
-def _affinity(t: sa.types.TypeEngine) -> str:
-    py = t.python_type if not isinstance(t, sa.types.NullType) else object
-    return {int: "integer", float: "float", str: "text", bool: "boolean"}.get(py, str(t).lower())
+def _kind(t: sa.types.TypeEngine) -> str:
+    """What a column holds, for comparing a table's column with the declared one: the Python type of its
+    values, since each database reflects the type the sink creates under its own name (the DateTime it
+    creates comes back as PostgreSQL's TIMESTAMP, SQLite's DATETIME). A type of no known Python type: its name."""
+    try:
+        py = t.python_type
+    except NotImplementedError:
+        py = object
+    return str(t).lower() if py is object else py.__name__
+
+
+_COPY_ESCAPES = str.maketrans({"\\": r"\\", "\t": r"\t", "\n": r"\n", "\r": r"\r"})
+
+
+def _copy_text(values: list) -> list[str]:
+    """A column's values as COPY's text format reads them: NULL is ``\\N``, so an empty string stays one
+    (in its CSV format an empty field is NULL), and a string's backslashes, tabs and line breaks are escaped."""
+    return [r"\N" if v is None else v.translate(_COPY_ESCAPES) if isinstance(v, str) else str(v) for v in values]
 
 
 class SqlTableTarget:
@@ -94,9 +109,9 @@ class SqlTableTarget:
         with self.engine.begin() as conn:
             return self.commit_in(conn, job, sink, checkpoint_id, rows)
 
-    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table) -> int:
+    def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table, later: Collection[int]) -> int:
         with self.engine.begin() as conn:
-            return self.revert_in(conn, job, sink, checkpoint_id, rows)
+            return self.revert_in(conn, job, sink, checkpoint_id, rows, later)
 
     def read(self) -> pa.Table:
         with self.engine.connect() as conn:
@@ -117,9 +132,10 @@ class SqlTableTarget:
                     f"sink table {self.table} exists with columns {', '.join(sorted(found))}; the job declares "
                     f"{', '.join(sorted(wanted))}: rename the table or the sink's columns")
             for name, t in wanted.items():
-                if _affinity(found[name]) != _affinity(t):
-                    raise SinkSchemaError(f"sink table {self.table}: column {name} is {found[name]}, "
-                                          f"the job declares {t}")
+                if _kind(found[name]) != _kind(t):
+                    raise SinkSchemaError(f"sink table {self.table}: column {name} is "
+                                          f"{found[name].compile(dialect=conn.dialect)}, the job declares "
+                                          f"{t.compile(dialect=conn.dialect)}")
         self._table.metadata.create_all(conn, checkfirst=True)
 
     def committed_in(self, conn: Connection | Session, job: str, sink: str) -> int | None:
@@ -152,14 +168,16 @@ class SqlTableTarget:
         return result.rowcount
 
     def revert_in(self, conn: Connection | Session, job: str, sink: str, checkpoint_id: int,
-                  rows: pa.Table) -> int:
+                  rows: pa.Table, later: Collection[int]) -> int:
         """Make the table hold exactly ``rows`` (key, values and ``updated``, the checkpoint that
         last changed each): keys it lacks are deleted, rows whose values differ rewritten, whatever
-        checkpoint stamped them. The commit record goes back to ``checkpoint_id``."""
+        checkpoint stamped them; an append table loses the rows of the checkpoints ``later`` (of the
+        epochs after this one's). The commit record goes back to ``checkpoint_id``."""
         conn = conn.connection() if isinstance(conn, Session) else conn
         self.prepare_in(conn)
-        if self.key is None:  # an append sink: what checkpoints after this one appended goes
-            removed = conn.execute(sa.delete(self._table).where(self._table.c.checkpoint_id > checkpoint_id)).rowcount
+        if self.key is None:  # an append sink: what the later epochs' checkpoints appended goes, whatever their ids
+            removed = conn.execute(sa.delete(self._table).where(
+                self._table.c.checkpoint_id.in_(sorted(later)))).rowcount
             self._record(conn, job, sink, checkpoint_id)
             return removed
         n = len(self.key)
@@ -216,12 +234,10 @@ class SqlTableTarget:
             conflict = f'ON CONFLICT ({key}) DO UPDATE SET {updates}'
         if copied:
             # COPY into a temporary table, then one set-based upsert: far faster than row inserts
-            buf = io.StringIO()
-            csv.writer(buf, lineterminator="\n").writerows(zip(*data))
-            buf.seek(0)
+            buf = io.StringIO("".join("\t".join(r) + "\n" for r in zip(*map(_copy_text, data))))
             with raw.cursor() as cur:
                 cur.execute(f'CREATE TEMP TABLE IF NOT EXISTS _abs_upsert (LIKE "{self.table}") ON COMMIT DROP')
-                cur.copy_expert(f"COPY _abs_upsert ({quoted}) FROM STDIN WITH (FORMAT csv)", buf)
+                cur.copy_expert(f"COPY _abs_upsert ({quoted}) FROM STDIN", buf)
                 cur.execute(f'INSERT INTO "{self.table}" ({quoted}) SELECT {quoted} FROM _abs_upsert {conflict}')
                 cur.execute("DROP TABLE _abs_upsert")
         else:

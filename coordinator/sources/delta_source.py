@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from coordinator.errors import SourceError
+from coordinator.keywords import checked_keywords
+from coordinator.sinks.locations import expand
 from coordinator.sources.record_formats import ParquetFiles
 from coordinator.sources.source import checked_parquet_rows
 
@@ -52,10 +54,12 @@ APPENDS_ONLY = ("a Delta source reads appends only: write new rows as new versio
                 "table that is only appended to")
 
 
+@checked_keywords()
 @dataclass(frozen=True)
 class DeltaSource(ParquetFiles):
     """A Delta table's appended rows, with the declared ``fields`` (other columns are not read);
-    ``time_field`` as for ``JsonLines``. ``uri``: the table (a local path, ``file://``, ``s3://``...);
+    ``time_field`` as for ``JsonLines``. ``uri``: the table (a local path, ``file://``, ``s3://``...; it may
+    name ``${VAR}``, read when the table is, as a sink's location);
     ``storage_options``: delta-rs' options for its storage (pairs); ``from_version``: the first version
     read (a table whose log no longer holds its first versions). A kind of ``ParquetFiles``: its records
     are Parquet rows and are parsed as theirs."""
@@ -75,6 +79,12 @@ class DeltaSource(ParquetFiles):
     @property
     def options(self) -> dict[str, str] | None:
         return dict(self.storage_options) or None
+
+    @property
+    def location(self) -> str:
+        """``uri`` with its ``${VAR}`` read from the environment now, as a sink's location is when its
+        target is made: importing the job file (Airflow's DAG parser) needs none of them set."""
+        return expand(self.uri, "Delta source location")
 
 
 @dataclass(frozen=True)
@@ -134,10 +144,8 @@ class DeltaLog:
 
     def __init__(self, fmt: DeltaSource) -> None:
         self.fmt = fmt
-
-    @property
-    def uri(self) -> str:
-        return self.fmt.uri
+        #: the table itself: its variables read once, so one log never reads two tables
+        self.uri = fmt.location
 
     @cached_property
     def fs(self) -> Any:
@@ -191,7 +199,7 @@ class DeltaLog:
             rewrite = f"{_operation(info)}: it {rewrite}"
         return Version(version, _operation(info), int(info.get("timestamp") or 0), tuple(added), rewrite)
 
-    def scan(self, file: AddedFile, version: int) -> tuple[int, list[tuple[int, str, str]]]:
+    def scan(self, file: AddedFile, version: int) -> tuple[int, list[tuple[int, str, bytes]]]:
         """A file's rows, and its rows with a null in a declared field: (row index, reason, payload).
         SourceError for a file without a declared column, or with another type."""
         import pyarrow as pa
@@ -223,7 +231,7 @@ def register_versions(s: Session, job: JobDefinition, checkpoint_id: int, regist
     (added to ``s``, with its dead letters), and ``ends`` moves to the version reached. Returns (new
     segments, new records). SourceError, before anything is added, for a version that is not an append,
     or a table that is no longer the one registered."""
-    from coordinator.catalog.models import DeadLetter, SourceSegment
+    from coordinator.catalog.models import DeadLetter, SourceSegment, dead_letter_columns
 
     rows: list[Any] = []
     new_segments = new_records = 0
@@ -234,7 +242,7 @@ def register_versions(s: Session, job: JobDefinition, checkpoint_id: int, regist
         last = int(newest.name) if newest is not None else fmt.from_version - 1
         latest = log.latest_version()
         if newest is not None and latest < last:
-            raise SourceError(f"Delta table {fmt.uri} is at version {latest}, but version {last} is registered "
+            raise SourceError(f"Delta table {log.uri} is at version {latest}, but version {last} is registered "
                               f"already: the table was replaced; {APPENDS_ONLY}")
         if newest is not None:
             check_version(log, newest, "(the newest registered)")
@@ -242,17 +250,18 @@ def register_versions(s: Session, job: JobDefinition, checkpoint_id: int, regist
         for v in range(last + 1, latest + 1):
             version = log.commit(v)
             if version is None:
-                raise SourceError(f"Delta table {fmt.uri}: the commit of version {v} is not in its log (the log's "
+                raise SourceError(f"Delta table {log.uri}: the commit of version {v} is not in its log (the log's "
                                   f"retention removed it before any barrier read it): its rows cannot be read; "
                                   f"a new job can start at a later version (from_version)")
             if version.rewrite:
-                raise SourceError(f"Delta table {fmt.uri} version {v} is not an append ({version.rewrite}); "
+                raise SourceError(f"Delta table {log.uri} version {v} is not an append ({version.rewrite}); "
                                   f"{APPENDS_ONLY}")
             base = 0
             for file in version.added:
                 count, bad = log.scan(file, v)
                 rows += [DeadLetter(job=job.name, checkpoint_id=checkpoint_id, partition=partition,
-                                    segment=version.name, offset=offset + base + i, reason=reason, payload=payload)
+                                    segment=version.name, offset=offset + base + i,
+                                    **dead_letter_columns(reason, payload))
                          for i, reason, payload in bad]
                 base += count
             rows.append(SourceSegment(job=job.name, partition=partition, name=version.name, first_offset=offset,
@@ -318,7 +327,7 @@ class EpochFile:
 def epoch_files(fmt: DeltaSource, segments: Sequence[Registered]) -> list[EpochFile]:
     """The files of the versions ``segments``, each with the offset of its first row."""
     log = DeltaLog(fmt)
-    root = fmt.uri.rstrip("/")
+    root = log.uri.rstrip("/")
     out: list[EpochFile] = []
     for seg in segments:
         version = log.commit(int(seg.name))

@@ -117,7 +117,8 @@ def layout_of(node: object, spec: StateSpec) -> Layout | None:
             merges.append((name, MERGES[agg.kind]))
         else:
             return None
-    schema = to_arrow_schema(spark_schema(spec.columns))
+    # a timestamp column needs a zone to map to Arrow (it has none the stores keep: the DataFrame state then)
+    schema = to_arrow_schema(spark_schema(spec.columns), timezone="UTC")
     if any(field.type not in SUPPORTED for field in schema):
         return None
     return Layout(schema, tuple(node.key_names), tuple(merges), tuple(means))

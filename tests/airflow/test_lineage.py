@@ -65,3 +65,16 @@ def test_a_delta_source_is_its_table(tmp_path) -> None:
     found = lineage(job.definition(), settings)
     assert {(d.namespace, d.name): [f.name for f in d.facets["schema"].fields] for d in found.inputs} == {
         ("s3://lake", "orders"): ["customer", "amount"]}
+
+
+def test_a_delta_source_names_its_table_with_its_variables_read(tmp_path, monkeypatch) -> None:
+    import absreplay.api as abs
+
+    monkeypatch.setenv("ORDERS_BUCKET", "lake")
+    monkeypatch.delenv("ORDERS_TABLE", raising=False)
+    job = abs.Job("lineage_delta_var", parallelism=1)
+    (job.source("orders", abs.delta_source("s3://${ORDERS_BUCKET}/${ORDERS_TABLE:-orders}", {"customer": str}))
+        .key_by("customer", str).aggregate("per_customer", n=abs.count())
+        .sink("out", SqlTable("per_customer")))
+    settings = Settings.from_env({"ABS_HOME": str(tmp_path), "ABS_DATA_DIR": str(tmp_path / "data")})
+    assert [(d.namespace, d.name) for d in lineage(job.definition(), settings).inputs] == [("s3://lake", "orders")]

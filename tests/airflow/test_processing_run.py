@@ -23,6 +23,7 @@ from absreplay.airflow import orchestration  # noqa: E402
 from absreplay.airflow.processing_run import ProcessingRun  # noqa: E402
 from absreplay.commands import jvm_archive  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
+from tests.conftest import JVM_OPTIONS  # noqa: E402
 
 OWN = "-Dthe.users.own=1"
 
@@ -30,6 +31,7 @@ OWN = "-Dthe.users.own=1"
 @pytest.fixture
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(jvm_archive.ARCHIVE_ENV, str(tmp_path / "jvm"))
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", JVM_OPTIONS)  # not the suite's archive, which a run would leave alone
     monkeypatch.setattr(orchestration, "airflow_settings", lambda: Settings.from_env({"ABS_HOME": str(tmp_path)}))
     return tmp_path / "jvm"
 

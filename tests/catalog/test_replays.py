@@ -3,10 +3,15 @@ what a recovery's reset leaves in the sink, given the restored checkpoint's stat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from sqlalchemy import text
 
-from coordinator.checkpoints import back_edge_logs, recovery
+import absreplay.api as abs
+from coordinator.checkpoints import back_edge_logs, manifests, recovery, state_files
 from coordinator.sinks import transactions as sinks
 from absreplay_examples.definitions import connected_components
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode
@@ -51,6 +56,68 @@ def test_rewind_puts_back_rows_that_superseded_checkpoints_stamped_with_lower_id
     with ws.store.engine.connect() as c:
         marks = c.execute(text('SELECT partition, "offset", checkpoint_id FROM sink_watermarks')).all()
     assert marks == [("p0", 20, 4)]
+
+
+def appended_words(url: str | None) -> abs.Job:
+    """Every word record appended as it comes (no keyed operator before the sink): an append sink table, in
+    the catalog database (``url`` None) or in another one; beside it the count per word a job must have."""
+    job = abs.Job("appended_words", parallelism=1)
+    words = job.source("words", abs.json_lines({"word": str, "n": int}))
+    words.sink("out", abs.SqlTable("appended_words", url=url), columns={"word": str, "n": int})
+    words.key_by("word", str).aggregate("per_word", n=abs.count()).sink("per_word_out", abs.SqlTable("per_word"))
+    return job
+
+
+def stage_appended(ws, checkpoint_id: int, records: list[tuple[str, int]]) -> None:
+    """What a run stages for an append sink fed by no state, without Spark (``spark_jobs.run.snapshot``'s
+    ``_stage_output``): the epoch's rows stamped with the checkpoint, sealed, and the sink transaction."""
+    (sink,) = [s for s in ws.job.sinks if s.name == "out"]
+    uri = state_files.operator_dir(ws.settings.state_uri, ws.job.name, checkpoint_id, sink.name)
+    out = Path(uri.removeprefix("file://"))
+    out.mkdir(parents=True)
+    pq.write_table(pa.table({"word": [w for w, _ in records], "n": pa.array([n for _, n in records], pa.int64()),
+                             "updated": pa.array([checkpoint_id] * len(records), pa.int64())}), out / "part-0.parquet")
+    manifest = manifests.seal(uri, f"{state_files.spark_uri(ws.settings.state_uri)}/{ws.job.name}")
+    with ws.store.sessions.begin() as s:
+        sinks.stage(s, ws.job.name, sink.name, checkpoint_id, uri, None, len(records), manifest)
+
+
+@pytest.mark.parametrize("where", ["catalog", "elsewhere"])
+def test_rewind_to_a_replay_drops_the_later_epochs_appended_rows_stamped_with_lower_ids(tmp_path, catalog_url,
+                                                                                      where) -> None:
+    """An append sink, epochs 1..3 committed. Recovering to 1 replays 2 and 3 as 4 and 5, both deduplicated:
+    epoch 3's rows stay stamped 3. A rewind to 4 (the replay of epoch 2) must drop them, since epoch 3 comes
+    after epoch 2 whatever the ids; deleting only rows stamped after 4 kept them, and the replay of epoch 3
+    appended them a second time."""
+    url = None if where == "catalog" else f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    ws = make_workspace(tmp_path, catalog_url, appended_words(url).definition())
+    (target,) = [s.target(catalog_url) for s in ws.job.sinks if s.name == "out"]
+    epochs = {1: [("a", 1)], 2: [("b", 2), ("a", 2)], 3: [("c", 3), ("a", 3)]}
+    for cid, records in epochs.items():
+        ws.store.trigger(ws.job.name, lambda s, c, end=10 * cid: ({"p0": end}, 0, 0))
+        stage_appended(ws, cid, records)
+        ws.complete(cid)
+    ws.coordinator.finalize()
+    out = reset(ws, 1, RecoveryKind.RECOVER)
+    assert out.replays == {4: 2, 5: 3}
+    for cid, of in out.replays.items():
+        stage_appended(ws, cid, epochs[of])
+        ws.complete(cid)
+    ws.coordinator.finalize()
+    assert txn_status(ws)[4] == txn_status(ws)[5] == "DEDUPLICATED"
+    # what the confirmation page says the rewind replaces: epoch 3's output, committed under 3
+    (later,) = recovery.preview(ws.store, ws.job.name, RecoveryKind.REWIND, RecoveryMode.FULL, 4).later_output
+    assert (later.checkpoints, later.rows) == ([3], 2)
+    out = reset(ws, 4, RecoveryKind.REWIND)
+    assert sorted(target.read().to_pylist(), key=repr) == sorted(
+        ({"word": w, "n": n} for cid in (1, 2) for w, n in epochs[cid]), key=repr)
+    assert out.replays == {6: 5} and out.reverted_rows == 2
+    stage_appended(ws, 6, epochs[3])
+    ws.complete(6)
+    ws.coordinator.finalize()
+    assert txn_status(ws)[6] == "COMMITTED"
+    assert sorted(target.read().to_pylist(), key=repr) == sorted(
+        ({"word": w, "n": n} for records in epochs.values() for w, n in records), key=repr)  # each row once
 
 
 def test_a_replay_of_a_replay_is_deduplicated_in_a_job_with_a_loop(tmp_path, catalog_url) -> None:

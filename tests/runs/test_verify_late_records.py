@@ -2,7 +2,10 @@
 aggregate reading the same source counts them, and `verify` recomputes it with them (it used to drop every
 dead letter from every operator's input, and said the correct aggregate DIFFERS), and so does a recovery that
 replays their epochs. The sinks equal plain Python over the clicks: the aggregate counts every click, the
-window skips the late ones."""
+window skips the late ones. A rewind then deletes the window's dead letters of the epochs after its
+checkpoint's, whatever the ids of the checkpoints that recorded them (a rewind to the recovery's replay of
+epoch 2 deletes epoch 3's, still under the superseded 3), and its replays record them again, once; the
+sources' dead letters stay under the checkpoint that registered them."""
 
 from __future__ import annotations
 
@@ -91,3 +94,36 @@ def test_verify_recomputes_the_aggregate_with_the_windows_late_clicks(tmp_path, 
     assert sorted(json.loads(p)["id"] for s, p in again if s == "per_10_minutes") == sorted(late)  # once each
     r = cli(ws, "verify", "late_clicks", spark=spark)
     assert r.code == 0, r.out + r.err
+
+    # a rewind to checkpoint 4, the replay of epoch 2, deletes epoch 3's late clicks: still under the superseded
+    # 3 (its replay 5 deduplicated them), an id below 4. Deleting those above 4 kept them, and the replay of
+    # epoch 3 (6) recorded them a second time
+    r = cli(ws, "rewind", "late_clicks", "--to", "4", spark=spark)
+    assert r.code == 0, r.out + r.err
+    ws.coordinator.finalize()
+    with ws.store.engine.connect() as c:
+        (replay,) = c.execute(text("SELECT checkpoint_id FROM checkpoints WHERE job = 'late_clicks' "
+                                   "AND status = 'COMPLETED' AND replay_of = 5")).scalars()
+        halfway = c.execute(text("SELECT checkpoint_id, segment, payload FROM dead_letters WHERE job = 'late_clicks'")).all()
+        emitted_again = Counter({(u, start): n for u, start, n in c.execute(text(
+            'SELECT "user", window_start, clicks FROM late_clicks_per_10_minutes'))})
+    assert sorted(json.loads(p)["id"] for _, s, p in halfway if s == "per_10_minutes") == sorted(late)  # once each
+    assert {ck for ck, s, _ in halfway if s == "per_10_minutes"} == {2, replay}  # epoch 2's, and epoch 3's replay's
+    assert emitted_again == windows
+
+    # a rewind to checkpoint 1 deletes the window's dead letters of the later epochs (under 2, whose replay 4
+    # deduplicated them, and under 6), and its replays record them again under their own ids; the sources' dead
+    # letters stay under checkpoint 3, whose barrier registered them
+    r = cli(ws, "rewind", "late_clicks", "--to", "1", spark=spark)
+    assert r.code == 0, r.out + r.err
+    ws.coordinator.finalize()
+    with ws.store.engine.connect() as c:
+        replays = dict(c.execute(text("SELECT checkpoint_id, replay_of FROM checkpoints WHERE job = 'late_clicks' "
+                                      "AND status = 'COMPLETED' AND replay_of IN (4, :replay)"),
+                                 {"replay": replay}).all())
+        rewound = c.execute(text("SELECT checkpoint_id, segment, payload FROM dead_letters WHERE job = 'late_clicks'")).all()
+    assert sorted(replays.values()) == [4, replay]
+    assert sorted(json.loads(p)["id"] for _, s, p in rewound if s == "per_10_minutes") == sorted(late)
+    assert {ck for ck, s, _ in rewound if s == "per_10_minutes"} == set(replays)
+    assert sorted((ck, p) for ck, s, p in rewound if s != "per_10_minutes") == sorted(
+        (3, p) for s, p in dead if s != "per_10_minutes")

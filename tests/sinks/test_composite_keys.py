@@ -62,7 +62,7 @@ def test_a_key_of_two_columns_upserts_replays_once_and_reverts(target) -> None:
     assert content(target) == at[3]
     # a rewind's rows are the state at the checkpoint: each row with the checkpoint that last changed it
     state = rows(at[1])
-    target.revert(JOB, SINK, 1, state.append_column("updated", pa.array([1] * state.num_rows, pa.int64())))
+    target.revert(JOB, SINK, 1, state.append_column("updated", pa.array([1] * state.num_rows, pa.int64())), {2, 3})
     assert content(target) == at[1] == {("gold", "/a"): 1, ("gold", "/b"): 2, ("free", "/a"): 3}
     assert target.commit(JOB, SINK, 2, rows({("free", "/a"): 7})) is True
     assert content(target) == at[1] | {("free", "/a"): 7}

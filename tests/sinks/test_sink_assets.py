@@ -25,6 +25,7 @@ from airflow.sdk.execution_time.task_runner import _serialize_outlet_events  # n
 from absreplay.airflow import orchestration, sink_assets  # noqa: E402
 from coordinator.checkpoints import recovery  # noqa: E402
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode  # noqa: E402
+from coordinator.errors import ConfigError  # noqa: E402
 from coordinator.sinks import commits  # noqa: E402
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SqlTable  # noqa: E402
 from coordinator.sinks.locations import sql_table_uri, storage_uri  # noqa: E402
@@ -76,6 +77,12 @@ def test_each_declaration_has_its_location_with_variables_expanded(tmp_path: Pat
     assert ParquetDirectory("${LAKE}/parquet").location(catalog) == f"file://{tmp_path}/lake/parquet"
     assert DeltaTable("${LAKE}/delta", {"AWS_SECRET_ACCESS_KEY": SECRET}).location(catalog) == \
         f"file://{tmp_path}/lake/delta"
+    # a variable unset, or empty, without a default: one line naming it (exit 2)
+    monkeypatch.setenv("EMPTY_LAKE", "")
+    with pytest.raises(ConfigError, match=r"^sink location '\$\{UNSET_DB\}/parquet' names \$\{UNSET_DB\}, which is not set$"):
+        ParquetDirectory("${UNSET_DB}/parquet").location(catalog)
+    with pytest.raises(ConfigError, match=r"names \$\{EMPTY_LAKE\}, which is not set$"):
+        DeltaTable("${EMPTY_LAKE}").location(catalog)
 
 
 def test_a_finalize_reports_what_it_committed_to_each_sink_and_nothing_when_it_committed_nothing(

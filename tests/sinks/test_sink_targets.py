@@ -99,7 +99,7 @@ def test_revert_to_a_middle_checkpoint_then_the_next_commit_applies(tmp_path: Pa
         assert target.commit(JOB, SINK, checkpoint_id, rows(batch))
         model |= batch
         at[checkpoint_id] = dict(model)
-    assert target.revert(JOB, SINK, 2, rows(at[2])) == len(at[2])
+    assert target.revert(JOB, SINK, 2, rows(at[2]), {3, 4}) == len(at[2])
     assert content(target) == at[2] == {"a": 2, "b": 1, "c": 2}  # d and e are gone, b is back to 1
     assert target.committed_through(JOB, SINK) == 2
     # the rewind's replay commits checkpoint 3 again, with new output: applied, once
@@ -116,13 +116,31 @@ def test_append_commit_and_revert(tmp_path: Path, kind: str) -> None:
     for checkpoint_id, batch in enumerate(batches, start=1):
         assert target.commit(JOB, SINK, checkpoint_id, rows(batch))
     assert content(target) == sorted(batches[0] + batches[1] + batches[2], key=repr)
-    assert target.revert(JOB, SINK, 1, SCHEMA.empty_table()) == 3  # rows removed
+    assert target.revert(JOB, SINK, 1, SCHEMA.empty_table(), {2, 3}) == 3  # rows removed
     assert content(target) == batches[0]
     assert target.committed_through(JOB, SINK) == 1
-    assert target.revert(JOB, SINK, 5, SCHEMA.empty_table()) == 0  # nothing after 5: the record stays
+    assert target.revert(JOB, SINK, 5, SCHEMA.empty_table(), set()) == 0  # nothing after 5: the record stays
     assert target.committed_through(JOB, SINK) == 1
     assert target.commit(JOB, SINK, 2, rows([("d", 4)])) is True
     assert content(target) == sorted([*batches[0], ("d", 4)], key=repr)
+
+
+def test_append_revert_to_a_replay_drops_a_later_epoch_of_a_lower_id(tmp_path: Path, kind: str) -> None:
+    """Epochs 1..3 committed as checkpoints 1..3; a recovery to 1 replays 2 and 3 as 4 and 5, both deduplicated
+    (the target never sees them). A rewind to 4, the replay of epoch 2, drops epoch 3's rows, stamped 3: the
+    checkpoints of later epochs are 3 and 5. Dropping only ids above 4 kept them, and epoch 3's replay (6)
+    appended them again."""
+    target = make(kind, tmp_path, None)
+    target.prepare()
+    batches = {1: [("a", 1)], 2: [("b", 2), ("a", 2)], 3: [("c", 3), ("a", 3)]}
+    for checkpoint_id, batch in batches.items():
+        assert target.commit(JOB, SINK, checkpoint_id, rows(batch))
+    assert target.revert(JOB, SINK, 4, SCHEMA.empty_table(), {3, 5}) == 2  # rows removed
+    assert content(target) == sorted(batches[1] + batches[2], key=repr)
+    assert target.committed_through(JOB, SINK) == 4
+    assert target.commit(JOB, SINK, 6, rows(batches[3])) is True
+    assert target.commit(JOB, SINK, 6, rows(batches[3])) is False
+    assert content(target) == sorted(batches[1] + batches[2] + batches[3], key=repr)  # each row once
 
 
 @pytest.mark.parametrize("key", [("word",), None])
@@ -164,7 +182,9 @@ def run_against_model(target: SinkTarget, ops: list) -> None:
                 continue
             checkpoint_id = sorted(history)[arg % len(history)]
             state = history[checkpoint_id]
-            target.revert(JOB, SINK, checkpoint_id, rows(state) if keyed else SCHEMA.empty_table())
+            # the model's ids follow its epochs: the later epochs are the checkpoints committed after this one
+            target.revert(JOB, SINK, checkpoint_id, rows(state) if keyed else SCHEMA.empty_table(),
+                          {c for c in history if c > checkpoint_id})
             current, through = state, checkpoint_id
             history = {c: v for c, v in history.items() if c <= checkpoint_id}
         else:
@@ -237,7 +257,7 @@ def operation(name: str, key: tuple[str, ...] | None):
     at_2 = rows({"a": 2, "b": 1}) if key else SCHEMA.empty_table()
     if name == "commit":
         return lambda t: t.commit(JOB, SINK, 4, rows([("d", 4), ("a", 4)]))
-    return lambda t: t.revert(JOB, SINK, 2, at_2)
+    return lambda t: t.revert(JOB, SINK, 2, at_2, {3})
 
 
 def observed(target: ParquetDirectory) -> tuple:
@@ -283,7 +303,7 @@ def test_parquet_a_crash_at_any_step_leaves_before_or_after(tmp_path: Path, monk
 def test_parquet_readers_recipe_matches_read_after_commits_and_reverts(tmp_path: Path) -> None:
     target = seeded(tmp_path, ("word",))
     assert recipe(tmp_path, ("word",)) == content(target) == {"a": 2, "b": 3, "c": 3}
-    target.revert(JOB, SINK, 1, rows({"a": 1, "b": 1}))
+    target.revert(JOB, SINK, 1, rows({"a": 1, "b": 1}), {2, 3})
     target.commit(JOB, SINK, 2, rows({"b": 7}))
     assert recipe(tmp_path, ("word",)) == content(target) == {"a": 1, "b": 7}
 
@@ -324,7 +344,7 @@ def test_delta_revert_moves_the_application_transaction_back(tmp_path: Path) -> 
     target.prepare()
     for checkpoint_id in range(1, 5):
         target.commit(JOB, SINK, checkpoint_id, rows({"a": checkpoint_id}))
-    target.revert(JOB, SINK, 2, rows({"a": 2}))
+    target.revert(JOB, SINK, 2, rows({"a": 2}), {3, 4})
     table = deltalake.DeltaTable(str(tmp_path / "sink"))
     assert table.transaction_version(app_id(JOB, SINK)) == 2
     assert target.commit(JOB, SINK, 3, rows({"a": 30})) is True

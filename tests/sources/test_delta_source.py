@@ -194,10 +194,12 @@ job = abs.Job("delta_orders", parallelism=2)
 '''
 
 
-def delta_workspace(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, Path]:
+def delta_workspace(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+                    uri: str | None = None) -> tuple[Workspace, Path]:
+    """The job reading ``tmp_path/orders``, which ``uri`` names when given (as the job file declares it)."""
     table, jobs = tmp_path / "orders", tmp_path / "jobs"
     jobs.mkdir()
-    (jobs / "delta_orders.py").write_text(JOB.format(uri=str(table)))
+    (jobs / "delta_orders.py").write_text(JOB.format(uri=uri or str(table)))
     monkeypatch.setenv("ABS_JOBS_DIR", str(jobs))
     return make_workspace(tmp_path, url, get_job("delta_orders"), jobs_dir=str(jobs)), table
 
@@ -244,7 +246,7 @@ def test_appends_run_exactly_once(tmp_path: Path, sqlite_url: str, spark, monkey
     first = DeltaTable(str(table), version=0).file_uris()[0]
     Path(first).unlink()
     one_line_error(cli(ws, "verify", "delta_orders", spark=spark),
-                   f"Delta table {table} version 0 (read to verify checkpoint 3): its file ")
+                   f"Delta table {table} version 0 of epoch 1 (read to verify checkpoint 3): its file ")
 
 
 @pytest.mark.spark
@@ -270,3 +272,20 @@ def test_a_killed_run_recovers_exactly_once(tmp_path: Path, sqlite_url: str, spa
     cli_ok(ws, "finalize", "delta_orders")
     assert sink(ws) == expected(landed)
     assert "verified" in cli_ok(ws, "verify", "delta_orders", spark=spark)
+
+
+@pytest.mark.spark
+@pytest.mark.sink_unchecked("judged here against plain Python")
+def test_a_variable_in_the_table_uri(tmp_path: Path, sqlite_url: str, spark, monkeypatch) -> None:
+    """``${VAR}`` in a Delta source's uri is read when the table is, as a sink's location: the job file
+    imports without it, an inject without it stops in one line naming it, and with it the table is read."""
+    monkeypatch.delenv("ORDERS_LAKE", raising=False)
+    ws, table = delta_workspace(tmp_path, sqlite_url, monkeypatch, uri="${ORDERS_LAKE}/orders")
+    append(table, orders(0, 20))
+    one_line_error(cli(ws, "inject", "delta_orders"),
+                   "Delta source location '${ORDERS_LAKE}/orders' names ${ORDERS_LAKE}, which is not set")
+    assert segments(ws) == []
+    monkeypatch.setenv("ORDERS_LAKE", str(tmp_path))
+    cli_ok(ws, "run", "delta_orders", spark=spark)
+    assert segments(ws) == [("table", f"{0:020d}", 0, 20)]
+    assert sink(ws) == expected(orders(0, 20))

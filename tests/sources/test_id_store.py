@@ -26,6 +26,7 @@ from coordinator.sources.id_store import Arrival, IdStore, IdStorePolicy, Verdic
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.store import CheckpointStore
 from tests.helpers import make_workspace
+from tests.segment_files import land
 
 JOB = "wordcount"
 
@@ -267,6 +268,29 @@ def test_inject_dead_letters_duplicates_late_and_bad_records(tmp_path, catalog_u
     kept = {(p, o) for p, o, _ in kept_records(ws.input_dir, cuts[-1], cuts[:-1], job.id_store)}
     everything = {(p, o) for p, end in cuts[-1].items() for o in range(end)}
     assert kept == everything - {(d[1], d[3]) for d in dead}
+
+
+@pytest.mark.sink_unchecked("nothing runs: inject's dead letters only")
+def test_the_id_store_is_the_jobs_across_its_sources(tmp_path, sqlite_url) -> None:
+    """One store per job, not per source: an id one source sent is a duplicate when another sends it, and
+    the one watermark (the newest event time of every source) makes a record of a source behind it late."""
+    import absreplay.api as abs
+
+    job = abs.Job("two_id_sources", id_store=abs.IdStorePolicy(window_seconds=60, allowed_lateness_seconds=0))
+    for name in ("web", "app"):
+        (job.source(name, abs.json_lines({"id": str, "ts": int}, time="ts", id="id"))
+            .key_by("id", str).aggregate(f"{name}_n", n=abs.count()).sink(f"{name}_out", abs.SqlTable(f"ids_{name}")))
+    ws = make_workspace(tmp_path, sqlite_url, job.definition())
+    land(ws.input_dir / "web" / "p0" / "seg-0001", ['{"id": "o1", "ts": 190000}', '{"id": "o2", "ts": 200000}'])
+    ws.coordinator.inject()  # the job's id watermark: 200 s, so the window [60 s, 120 s) is forgotten
+    # the app source's first records: o3 is in that forgotten window, o1 is web's
+    land(ws.input_dir / "app" / "p0" / "seg-0001", ['{"id": "o3", "ts": 110000}', '{"id": "o1", "ts": 190000}'])
+    ws.coordinator.inject()
+    with ws.store.engine.connect() as c:
+        dead = c.execute(text('SELECT partition, "offset", reason FROM dead_letters ORDER BY "offset"')).all()
+    assert [(p, o) for p, o, _ in dead] == [("app/p0", 0), ("app/p0", 1)]
+    assert dead[0][2].startswith("late: event time 110 is in window [60, 120)")
+    assert dead[1][2] == "duplicate id o1: first seen at web/p0@0"
 
 
 @pytest.mark.parametrize("seed", range(6))
