@@ -67,11 +67,15 @@ postgres:
 # offline first, from the cache alone, as uv does for the Python packages
 JVM_PROFILES := spark s3proxy minicluster
 JVM_DEPS := $(JVM_PROFILES:%=.jvm/%.classpath)
-jvm-deps: $(JVM_DEPS)
+jvm-deps: $(JVM_DEPS) .jvm/classes/MiniYarn.class
+
+# the tests' YARN launcher, compiled against the minicluster
+.jvm/classes/MiniYarn.class: tests/servers/MiniYarn.java .jvm/minicluster.classpath
+	javac -d .jvm/classes -cp "$$(cat .jvm/minicluster.classpath)" tests/servers/MiniYarn.java
 
 .jvm/%.classpath: jvm/pom.xml
 	@mkdir -p .jvm
-	mvn -q -B -Dstyle.color=never -o -f jvm/pom.xml -P $* dependency:build-classpath -Dmdep.outputFile=$(abspath $@) 2>/dev/null \
+	mvn -q -B -Dstyle.color=never -o -f jvm/pom.xml -P $* dependency:build-classpath -Dmdep.outputFile=$(abspath $@) >/dev/null 2>&1 \
 	  || mvn -q -B -Dstyle.color=never -f jvm/pom.xml -P $* dependency:build-classpath -Dmdep.outputFile=$(abspath $@)
 
 jvm-archive: $(VENV)/.installed
