@@ -36,7 +36,7 @@ import pyarrow as pa
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator.catalog import audit
+from coordinator.catalog import epochs
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransaction, SourceCut, utcnow
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
@@ -303,15 +303,15 @@ def preview(store: CheckpointStore, job: str, kind: RecoveryKind, mode: Recovery
                    SinkTransaction.finished_at)
             .where(SinkTransaction.job == job, SinkTransaction.status == SinkTxnStatus.COMMITTED)
             .order_by(SinkTransaction.sink, SinkTransaction.checkpoint_id)).all()
-        epoch_of = audit.epochs(s, job)
+        epoch_of = epochs.epochs(s, job)
         rewinds = s.execute(select(Recovery.from_checkpoint_id, Recovery.started_at).where(
             Recovery.job == job, Recovery.kind == RecoveryKind.REWIND, Recovery.from_checkpoint_id.is_not(None),
             Recovery.result != RecoveryResult.REFUSED)).all()
     processed_again = [c.checkpoint_id for c in later
                        if c.status == CheckpointStatus.PENDING and c.checkpoint_id not in superseded]
     # what a rewind to ``after`` takes out, by the rule its revert applies (``sinks.revert_after``)
-    replaced = audit.later_epochs(epoch_of, after)
-    reverts = [(audit.later_epochs(epoch_of, back), started) for back, started in rewinds]
+    replaced = epochs.later_epochs(epoch_of, after)
+    reverts = [(epochs.later_epochs(epoch_of, back), started) for back, started in rewinds]
     sinks_out: dict[str, SinkOutput] = {}
     for sink, checkpoint_id, rows, finished_at in output:
         # a later rewind to an earlier epoch already put the sink back: that output is no longer in it

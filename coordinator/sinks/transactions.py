@@ -42,7 +42,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from coordinator.catalog import audit
+from coordinator.catalog import epochs
 from coordinator.catalog.models import Checkpoint, SinkTransaction, SinkWatermark, SourceCut, utcnow
 from coordinator.checkpoints import back_edge_logs, manifests, state_files
 from coordinator.checkpoints.lifecycle import CheckpointStatus, SinkTxnStatus
@@ -189,13 +189,13 @@ def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: 
     checkpoint's state (``state_rows``: sink columns and ``updated``), whatever checkpoint stamped
     the rows there now (after an earlier recovery, rows of superseded checkpoints carry lower ids
     than the rewind target). An append sink loses the rows of the checkpoints whose epoch comes
-    after the target's (``audit.later_epochs``), not those of higher ids: a deduplicated replay
+    after the target's (``epochs.later_epochs``), not those of higher ids: a deduplicated replay
     leaves its epoch's rows under the superseded checkpoint's lower id. The high-water marks go
     back to the checkpoint's cut. Returns the rows touched."""
     rows = state_rows if state_rows is not None else pa.table(
         {c: pa.array([], type=t) for c, t in zip(sink.column_names, sink.arrow_schema.types, strict=True)}
         | {"updated": pa.array([], type=pa.int64())})
-    later = audit.later_epochs(audit.epochs(s, job), checkpoint_id)
+    later = epochs.later_epochs(epochs.epochs(s, job), checkpoint_id)
     target = target_of(s, sink)
     if getattr(target, "in_catalog", False):
         touched = target.revert_in(s, job, sink.name, checkpoint_id, rows, later)

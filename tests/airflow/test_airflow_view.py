@@ -235,7 +235,7 @@ def test_a_user_without_a_role_is_refused(as_role) -> None:
 
 
 def test_a_replay_checkpoint_counts_the_epoch_it_redoes() -> None:
-    from coordinator.catalog.audit import epoch_records
+    from coordinator.catalog.epochs import epoch_records
 
     cuts = {1: {"p0": 5}, 2: {"p0": 9, "p1": 4}, 3: {"p0": 12, "p1": 4}, 4: {"p0": 9, "p1": 4}, 5: {"p0": 12, "p1": 4},
             6: {"p0": 20, "p1": 6}}

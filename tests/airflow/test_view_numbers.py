@@ -34,7 +34,7 @@ from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import PAGE_SIZE, app, listing_query  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
 from absreplay.commands.views import format_bytes, format_duration, format_time  # noqa: E402
-from coordinator.catalog import audit  # noqa: E402
+from coordinator.catalog import epochs  # noqa: E402
 from coordinator.catalog.models import Checkpoint, SinkTransaction  # noqa: E402
 from coordinator.checkpoints import recovery, run_plan  # noqa: E402
 from coordinator.checkpoints.lifecycle import CheckpointStatus, FailureReason, SinkTxnStatus  # noqa: E402
@@ -63,9 +63,9 @@ def test_a_failed_checkpoints_records_go_with_the_next_commit() -> None:
     # 2 FAILED: 3 carries its epoch. A recovery to 1 replayed 3 and 4 as 5 and 6 (2 stays FAILED); replay 5
     # FAILED too: 6, the next checkpoint the next run completes, carries its epoch; 7 is new
     replays = {5: 3, 6: 4}
-    assert audit.epoch_records(cuts, replays) == {1: 5, 2: 4, 3: 3, 4: 8, 5: 3, 6: 8, 7: 10}
-    assert audit.epoch_records(cuts, replays, failed={2, 5}) == {1: 5, 2: 0, 3: 7, 4: 8, 5: 0, 6: 15, 7: 10}
-    assert audit.original_checkpoint({6: 3, 9: 6}, 9) == 3 and audit.original_checkpoint({}, 4) == 4
+    assert epochs.epoch_records(cuts, replays) == {1: 5, 2: 4, 3: 3, 4: 8, 5: 3, 6: 8, 7: 10}
+    assert epochs.epoch_records(cuts, replays, failed={2, 5}) == {1: 5, 2: 0, 3: 7, 4: 8, 5: 0, 6: 15, 7: 10}
+    assert epochs.original_checkpoint({6: 3, 9: 6}, 9) == 3 and epochs.original_checkpoint({}, 4) == 4
 
 
 @pytest.fixture
