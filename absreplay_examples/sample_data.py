@@ -9,9 +9,10 @@ real producer must do.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
+
+from coordinator.storage.location import Location, write_whole
 
 PUNCTUATION = [" ", " ", " ", " ", ", ", ". ", "; ", " - ", "! ", "? ", " (", ") ", "'s "]
 ACCENTED = ["café", "naïve", "Straße", "Ærø", "São", "über", "Ελλάδα", "crème_brûlée", "niño"]
@@ -48,13 +49,10 @@ def lines(rng: random.Random, vocab: list[str], count: int, words_per_line: int 
     return out
 
 
-def land_segment(partition_dir: Path, name: str, text_lines: list[str]) -> Path:
-    """Write a segment atomically: under a ``.tmp`` name first, then renamed to its final name."""
-    partition_dir.mkdir(parents=True, exist_ok=True)
-    tmp = partition_dir / f"{name}.tmp"
-    tmp.write_text("\n".join(text_lines) + ("\n" if text_lines else ""), encoding="utf-8")
+def land_segment(partition_dir: Path | Location, name: str, text_lines: list[str]) -> Path | Location:
+    """Write a segment whole under its final name (``coordinator.storage.location.write_whole``)."""
     final = partition_dir / name
-    os.replace(tmp, final)
+    write_whole(final, ("\n".join(text_lines) + ("\n" if text_lines else "")).encode("utf-8"))
     return final
 
 

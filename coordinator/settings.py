@@ -1,7 +1,7 @@
 """Settings from the environment, with embedded defaults under ``.absreplay/``.
 
 ABS_DATABASE_URL  catalog (default: SQLite file .absreplay/catalog.db)
-ABS_DATA_DIR      sources: <dir>/<job>/input/<partition>/<segment files>
+ABS_DATA_DIR      sources: <dir>/<job>/input/<partition>/<segment files> (a local path, s3a:// or hdfs://)
 ABS_STATE_URI     state root (local path or Hadoop-compatible URI)
 ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
@@ -19,6 +19,8 @@ from pathlib import Path
 
 from coordinator.catalog.db import parse_url
 from coordinator.errors import ConfigError
+from coordinator.storage import location
+from coordinator.storage.location import Location
 
 
 STATE_BACKENDS = ("local", "spark")
@@ -34,7 +36,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
 class Settings:
     home: Path
     database_url: str
-    data_dir: Path
+    #: a local folder, or a Location on an object store or HDFS
+    data_dir: Path | Location
     state_uri: str
     spark_master: str
     #: parallelism of processing runs unless one asks for another (None: the job's own)
@@ -55,7 +58,7 @@ class Settings:
         return cls(
             home=home,
             database_url=url,
-            data_dir=Path(env.get("ABS_DATA_DIR") or home / "data").expanduser().resolve(),
+            data_dir=location.at(env.get("ABS_DATA_DIR") or home / "data"),
             state_uri=env.get("ABS_STATE_URI") or str(home / "state"),
             spark_master=env.get("ABS_SPARK_MASTER") or "local[*]",
             parallelism=_parallelism(env.get("ABS_PARALLELISM") or None),

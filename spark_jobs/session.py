@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from coordinator.sources.event_time import SESSION_TIME_ZONE
+from coordinator.storage import hadoop_conf
 from spark_jobs import jvm_lookups, local_fs
 from spark_jobs.python_path import daemon_confs
 
@@ -22,6 +24,13 @@ def build_session(app_name: str, parallelism: int, master: str | None = None) ->
         builder = builder.master(master)
         for key, value in daemon_confs(master).items():
             builder = builder.config(key, value)
+    # the executors' Python reads the state root and the input with the driver's S3A properties: the files',
+    # and under spark-submit its confs too (its JVM holds them, so connect to it first)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        SparkContext._ensure_initialized()
+    shipped = hadoop_conf.ship(dict(SparkConf().getAll()))
+    if shipped is not None:
+        builder = builder.config(f"spark.executorEnv.{hadoop_conf.EXECUTOR_ENV}", shipped)
     spark = configure(builder, parallelism).getOrCreate()
     local_fs.install(spark)  # no chmod process per file written (local masters)
     jvm_lookups.install(spark)  # py4j asks the JVM for a class or a static method once, not on every call

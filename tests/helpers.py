@@ -119,10 +119,12 @@ class Workspace:
 WORKSPACES: list[Workspace] = []
 
 
-def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None, jobs_dir: str = "") -> Workspace:
+def make_workspace(tmp_path: Path, url: str, job: JobDefinition | None = None, jobs_dir: str = "",
+                   env: dict[str, str] | None = None) -> Workspace:
+    """A job's workspace under ``tmp_path``; ``env``: settings over the defaults (``ABS_DATA_DIR``, ...)."""
     settings = Settings.from_env(
         {"ABS_HOME": str(tmp_path / "home"), "ABS_DATABASE_URL": url, "ABS_SPARK_MASTER": "local[2]",
-         "ABS_JOBS_DIR": jobs_dir}
+         "ABS_JOBS_DIR": jobs_dir, **(env or {})}
     )
     store = CheckpointStore(make_engine(url))
     job = job or wordcount()

@@ -1,25 +1,24 @@
-"""Test input as a user lands it: segment files written whole (a hidden temporary file renamed into
-place, so inject never sees half a segment), and read back as the framework numbers records: a
-partition's offset is its line number across its segments, in name order."""
+"""Test input as a user lands it: segment files written whole under their final name (a hidden temporary
+file renamed into place, or on an object store one PUT: ``coordinator.storage.location.write_whole``), so
+inject never sees half a segment, and read back as the framework numbers records: a partition's offset is
+its line number across its segments, in name order."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-
-def land(path: Path, lines: list[str]) -> None:
-    """Segment ``path`` with these lines, renamed into place whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name("." + path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
+from coordinator.storage.location import Location, write_whole
 
 
-def partition_lines(partition_dir: Path) -> list[str]:
+def land(path: Path | Location, lines: list[str]) -> None:
+    """Segment ``path`` with these lines, landed whole."""
+    write_whole(path, "".join(line + "\n" for line in lines).encode())
+
+
+def partition_lines(partition_dir: Path | Location) -> list[str]:
     """Every line of a partition's segments, in offset order (hidden files are not segments)."""
     lines: list[str] = []
-    for segment in sorted(partition_dir.iterdir()):
+    for segment in sorted(partition_dir.iterdir(), key=lambda s: s.name):
         if not segment.name.startswith("."):
-            lines += segment.read_text().splitlines()
+            lines += segment.read_bytes().decode().splitlines()
     return lines

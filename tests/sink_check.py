@@ -18,12 +18,16 @@ only when the back-edge log is empty).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import func, select, text
 
 from absreplay_examples.recount import recount
 from absreplay_examples.union_find import labels_at
 from coordinator.checkpoints import back_edge_logs
 from coordinator.sources import source
+from coordinator.storage import filesystems
+from coordinator.storage.location import Location
 from coordinator.catalog.models import BackEdgeLog, SinkWatermark
 from absreplay_examples import synthetic_data
 from tests import views_data
@@ -50,12 +54,19 @@ def epoch_cuts(store, job: str, checkpoint_id: int) -> list[dict[str, int]]:
     return [store.cut(job, n) for n in chain]
 
 
+def _files(root: Path | Location) -> list[tuple[str, str]]:
+    """(folder relative to ``root``, name) of every file under ``root``, wherever it is."""
+    if isinstance(root, Location):
+        return [(f.path[len(root.path) + 1:].rsplit("/", 1)[0], f.base_name)
+                for f in filesystems.files_under(root.fs, root.path)]
+    return [(p.parent.relative_to(root).as_posix(), p.name) for p in root.rglob("*") if p.is_file()]
+
+
 def judge(ws) -> tuple[str, tuple[int, int]] | None:
     """(what was compared, (lost, duplicated)), or None when this workspace cannot be judged."""
     root = source.input_dir(ws.settings.data_dir, ws.job.name)
-    segments = [p for p in root.rglob("*") if p.is_file()]
-    if not segments or any(ws.job.format_of(p.parent.relative_to(root).as_posix()).envelope(p.name)
-                           for p in segments):
+    segments = _files(root)
+    if not segments or any(ws.job.format_of(partition).envelope(name) for partition, name in segments):
         return None
     if ws.job.name == "views_by_country":  # tests/jobs: its sinks hold windows, judged by tests/views_data
         tables = {s.name: s.target(ws.settings.database_url).read() for s in ws.job.sinks

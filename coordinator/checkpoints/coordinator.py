@@ -87,9 +87,10 @@ class CheckpointCoordinator:
                   if not isinstance(self.job.format_of(p), delta_source.DeltaSource)}
         found = segment_changes.check_registered(delta_source.file_segments(self.job, registered), root,
                                                  {p: set(n) for p, n in listed.items()})
-        for seg, mtime_ns in found.touched:
+        for seg, mtime_ns, version in found.touched:
             s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,
-                                                  SourceSegment.name == seg.name).values(mtime_ns=mtime_ns))
+                                                  SourceSegment.name == seg.name)
+                      .values(mtime_ns=mtime_ns, **({"content_tag": version} if version else {})))
         renames = segment_changes.RenameCheck(root, found.vanished)
         max_line = max_line_bytes()
         new_segments = new_records = 0

@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from coordinator.checkpoints import state_files
+from coordinator.storage import filesystems
 from coordinator.errors import AbsError
 
 MANIFEST = "_manifest.json"
@@ -65,11 +66,7 @@ def _is_data(relative: str) -> bool:
 
 def _listing(fs: pafs.FileSystem, root: str) -> list[str]:
     """Relative paths of the data files under ``root`` (sorted)."""
-    if fs.get_file_info(root).type == pafs.FileType.NotFound:
-        return []
-    found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    return sorted(rel for f in found if f.type == pafs.FileType.File
-                  and _is_data(rel := f.path[len(root):].lstrip("/")))
+    return sorted(rel for f in filesystems.files_under(fs, root) if _is_data(rel := f.path[len(root):].lstrip("/")))
 
 
 def _fsync_tree(root: str, stop_at: str) -> None:

@@ -1,8 +1,7 @@
 """Where snapshots live under the state root, and garbage collection of unreferenced ones.
 
 Layout: ``<state root>/<job>/chk-<n>/<operator>/subtask=<i>/part-*.parquet``.
-The state root is a local path or any URI pyarrow's filesystems understand
-(``s3a://`` is read as ``s3://``). Spark writes the files; the coordinator
+The state root is a local path, ``s3a://`` or ``hdfs://`` (``coordinator.storage.filesystems``). Spark writes the files; the coordinator
 only lists and deletes whole checkpoint directories.
 """
 
@@ -15,6 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+
+from coordinator.storage import filesystems
 
 CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 
@@ -43,12 +44,7 @@ def subtask_uri(state_uri: str, job: str, checkpoint_id: int, operator: str, sub
     return f"{operator_dir(state_uri, job, checkpoint_id, operator)}/subtask={subtask}"
 
 
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if uri.startswith("s3a://"):
-        uri = "s3://" + uri[len("s3a://") :]
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
+filesystem = filesystems.filesystem
 
 
 def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
@@ -68,12 +64,7 @@ def checkpoint_dirs(state_uri: str, job: str) -> dict[int, str]:
 
 def delete_dir(uri: str) -> None:
     """Delete a directory tree; one already gone (a concurrent garbage collection) is fine."""
-    fs, path = filesystem(uri)
-    try:
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
-    except FileNotFoundError:
-        pass
+    filesystems.delete_tree(uri)
 
 
 def exists(uri: str) -> bool:

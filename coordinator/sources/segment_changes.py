@@ -22,7 +22,6 @@ cannot be reused either.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +34,7 @@ from sqlalchemy.orm import Session
 from coordinator.catalog.models import Checkpoint, SourceCut, SourceSegment
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.errors import SourceError
+from coordinator.storage.location import Location
 from coordinator.sources.segment_reader import TAG_KIND, checksum_of, content_tag_of
 
 if TYPE_CHECKING:
@@ -88,31 +88,38 @@ class FileCheck:
     change: Change
     size: int | None = None
     mtime_ns: int | None = None
+    #: the store's version of the file now (``Location.stat``), '' for a local file
+    version: str = ""
 
     @property
     def ok(self) -> bool:
         return self.change in (Change.UNCHANGED, Change.TOUCHED)
 
 
-def check_file(seg: Registered, path: Path | str) -> FileCheck:
+def check_file(seg: Registered, path: Path | Location) -> FileCheck:
     """Compare the file at ``path`` with the registered segment ``seg`` (hashing only when its size or
-    mtime differ). A segment registered before checksums were recorded is compared by size alone."""
+    version differ: its mtime, or on an object store or HDFS the version the store gives, ``Location.stat``).
+    A segment registered before checksums were recorded is compared by size alone."""
     try:
-        st = os.stat(path)
+        st = path.stat()
     except (FileNotFoundError, NotADirectoryError):
         return FileCheck(Change.GONE)
     except OSError as exc:
         raise SourceError(f"segment {path} cannot be read: {exc.strerror or exc}") from None
-    size, mtime = st.st_size, st.st_mtime_ns
-    if size == seg.bytes and (mtime == seg.mtime_ns or seg.checksum is None):
-        return FileCheck(Change.UNCHANGED, size, mtime)
+    size, mtime, version = st.st_size, st.st_mtime_ns, getattr(st, "version", "")
+    if version:  # the store's own version, spelled as the content tag inject recorded from it
+        same = version == seg.content_tag
+    else:
+        same = mtime == seg.mtime_ns
+    if size == seg.bytes and (same or seg.checksum is None):
+        return FileCheck(Change.UNCHANGED, size, mtime, version)
     if size < seg.bytes or seg.checksum is None:  # without a checksum, the size is all there is to go by
-        return FileCheck(Change.TRUNCATED if size < seg.bytes else Change.APPENDED, size, mtime)
+        return FileCheck(Change.TRUNCATED if size < seg.bytes else Change.APPENDED, size, mtime, version)
     # the registered bytes are the file's first ones: the same content, or lines appended to it
     same_start = checksum_of(path, seg.bytes) == seg.checksum
     if size == seg.bytes:
-        return FileCheck(Change.TOUCHED if same_start else Change.REWRITTEN, size, mtime)
-    return FileCheck(Change.APPENDED if same_start else Change.REWRITTEN, size, mtime)
+        return FileCheck(Change.TOUCHED if same_start else Change.REWRITTEN, size, mtime, version)
+    return FileCheck(Change.APPENDED if same_start else Change.REWRITTEN, size, mtime, version)
 
 
 def describe(seg: Registered, found: FileCheck) -> str:
@@ -142,9 +149,10 @@ def other_content(seg: Registered, path: Path | str) -> str | None:
     return None if now == seg.content_tag else now
 
 
-def check_before_run(job: JobDefinition, root: Path, reads: Iterable[tuple[str, Sequence[Registered]]]) -> None:
+def check_before_run(job: JobDefinition, root: Path | Location, reads: Iterable[tuple[str, Sequence[Registered]]]) -> None:
     """Every segment a run will read is as registered: its size and mtime, then its content against its
-    content tag, each file read once more here. Spark's readers cannot check it instead: the line reader
+    content tag, each file read once more here (on an object store or HDFS, the version the store gives is
+    its content tag: one request per segment, nothing read). Spark's readers cannot check it instead: the line reader
     splits a file across tasks and the Parquet reader reads a file's columns, not its bytes. ``reads``:
     (what reads them, e.g. "of epoch 3", the segments). SourceError names the first that is not, with its
     job and source."""
@@ -159,7 +167,7 @@ def check_before_run(job: JobDefinition, root: Path, reads: Iterable[tuple[str, 
             if not found.ok:
                 raise SourceError(f"{where} {describe(seg, found)}; {IMMUTABLE}")
             # a new mtime was hashed already (``check_file``): only an unchanged stat can hide a rewrite
-            if found.change is Change.UNCHANGED and (now := other_content(seg, path)):
+            if found.change is Change.UNCHANGED and not found.version and (now := other_content(seg, path)):
                 raise SourceError(f"{where} changed after inject: the same size ({seg.bytes:,} bytes) and mtime but "
                                   f"other content (its content tag is {now}, {seg.content_tag} registered); "
                                   f"{IMMUTABLE}")
@@ -170,24 +178,24 @@ class RegisteredFiles:
     """What inject found of the registered segments: gone, or touched (same content, new mtime)."""
 
     vanished: list[Registered] = field(default_factory=list)
-    touched: list[tuple[Registered, int]] = field(default_factory=list)
+    #: (segment, its mtime now, its store's version now or '')
+    touched: list[tuple[Registered, int, str]] = field(default_factory=list)
 
 
 def check_registered(
-    registered: Iterable[Registered], root: Path, listed: Mapping[str, Collection[str]]
+    registered: Iterable[Registered], root: Path | Location, listed: Mapping[str, Collection[str]]
 ) -> RegisteredFiles:
     """At inject: every registered segment that ``listed`` (partition -> names on disk now) still shows
     must be as registered (SourceError naming it otherwise). Returns the vanished ones and the merely
     touched ones with their new mtime (recorded, so they are not hashed again)."""
     out = RegisteredFiles()
-    base = str(root)
     for seg in registered:
-        path = os.path.join(base, seg.partition, seg.name)
+        path = root / seg.partition / seg.name
         found = check_file(seg, path) if seg.name in listed.get(seg.partition, ()) else FileCheck(Change.GONE)
         if found.change is Change.GONE:
             out.vanished.append(seg)
         elif found.change is Change.TOUCHED:
-            out.touched.append((seg, found.mtime_ns))
+            out.touched.append((seg, found.mtime_ns, found.version))
         elif not found.ok:
             raise SourceError(f"segment {path} {describe(seg, found)}; {IMMUTABLE}")
     return out
@@ -196,7 +204,7 @@ def check_registered(
 class RenameCheck:
     """Vanished segments by content: a new segment with the content of one of them is that one renamed."""
 
-    def __init__(self, root: Path, vanished: Iterable[Registered]) -> None:
+    def __init__(self, root: Path | Location, vanished: Iterable[Registered]) -> None:
         self.root = root
         # empty segments carry no records to count twice, and all look alike
         self.by_content = {(seg.bytes, seg.checksum): seg for seg in vanished if seg.checksum and seg.bytes}
@@ -234,7 +242,7 @@ def is_needed(seg: Registered, horizon: Mapping[str, int]) -> bool:
     return seg.first_offset >= end or seg.first_offset + seg.records > end
 
 
-def check_vanished(s: Session, job: str, root: Path, vanished: Sequence[Registered]) -> None:
+def check_vanished(s: Session, job: str, root: Path | Location, vanished: Sequence[Registered]) -> None:
     """At inject: a vanished segment is an error unless source retention allows deleting it."""
     if not vanished:
         return

@@ -30,6 +30,7 @@ from typing import BinaryIO
 import xxhash
 
 from coordinator.errors import ConfigError, SourceError
+from coordinator.storage.location import Location, read_version
 
 #: a chunk split into lines holds several times its size in line objects: keep it small
 CHUNK_BYTES = 256 << 10
@@ -85,10 +86,10 @@ def preview(line: Line) -> bytes:
     return line.head if isinstance(line, LongLine) else bytes(line[:PAYLOAD_PREVIEW])
 
 
-def open_segment(path: Path | str) -> BinaryIO:
+def open_segment(path: Path | str | Location) -> BinaryIO:
     """The segment file, opened for reading; a failure is a SourceError naming it."""
     try:
-        return open(path, "rb")  # noqa: SIM115 - the caller closes it
+        return path.open("rb") if isinstance(path, Location) else open(path, "rb")  # noqa: SIM115 - the caller closes it
     except FileNotFoundError:
         raise SourceError(f"segment {path} disappeared while it was being read; segments must stay where "
                           f"they landed") from None
@@ -96,10 +97,25 @@ def open_segment(path: Path | str) -> BinaryIO:
         raise SourceError(f"segment {path} cannot be read: {exc.strerror or exc}") from None
 
 
+def opened_version(path: Path | str | Location, f: BinaryIO) -> tuple[int, str]:
+    """The mtime (ns) of the segment open as ``f`` and its store's version of it (``Location.stat``): '' for a
+    local file, whose content tag is hashed from what is read."""
+    if not isinstance(path, Location):
+        return os.fstat(f.fileno()).st_mtime_ns, ""
+    if path.object_store:
+        return 0, read_version(f, path)  # the ETag of the very GET being read
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise SourceError(f"segment {path} disappeared while it was being read; segments must stay where "
+                          f"they landed") from None
+    return st.st_mtime_ns, st.version
+
+
 class SegmentReader:
     """Iterate ``batches()`` once; then ``bytes``, ``checksum`` and ``mtime_ns`` describe what was read."""
 
-    def __init__(self, path: Path, max_line: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(self, path: Path | Location, max_line: int | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.path = path
         self.max_line = max_line_bytes() if max_line is None else max_line
         self.chunk_bytes = chunk_bytes
@@ -120,10 +136,11 @@ class SegmentReader:
         # the line being read across chunks: its first bytes (all of it while within the limit), its length
         carry, carry_len = bytearray(), 0
         with open_segment(self.path) as f:
-            self.mtime_ns = os.fstat(f.fileno()).st_mtime_ns
+            self.mtime_ns, version = opened_version(self.path, f)
             while chunk := f.read(self.chunk_bytes):
                 digest.update(chunk)
-                tag.update(chunk)
+                if not version:
+                    tag.update(chunk)
                 self.bytes += len(chunk)
                 parts = chunk.split(b"\n")
                 last = parts.pop()
@@ -140,7 +157,7 @@ class SegmentReader:
             if carry_len:
                 line = _join(carry, carry_len, b"", limit)
                 yield [line], isinstance(line, LongLine)
-        self.checksum, self.content_tag = digest.hexdigest(), content_tag(tag)
+        self.checksum, self.content_tag = digest.hexdigest(), version or content_tag(tag)
 
 
 def _long(line: bytes) -> LongLine:
@@ -167,31 +184,34 @@ def _join(carry: bytearray, carry_len: int, end: bytes, limit: int) -> Line:
     return LongLine(length, head + end[: PAYLOAD_PREVIEW - len(head)])
 
 
-def checksum_of(path: Path | str, limit: int | None = None) -> str:
+def checksum_of(path: Path | str | Location, limit: int | None = None) -> str:
     """The checksum of the file's content (of its first ``limit`` bytes when given), streamed."""
     digest = new_checksum()
     _stream(path, (digest,), limit)
     return digest.hexdigest()
 
 
-def content_tag_of(path: Path | str) -> str:
+def content_tag_of(path: Path | str | Location) -> str:
     """The file's content tag (``TAG_KIND``), streamed."""
     tag = new_tag_digest()
     _stream(path, (tag,))
     return content_tag(tag)
 
 
-def checksum_and_tag_of(path: Path | str) -> tuple[str, str]:
-    """The file's checksum and content tag, in one pass."""
+def checksum_and_tag_of(path: Path | str | Location) -> tuple[str, str]:
+    """The file's checksum and content tag (its store's version, ``opened_version``, when it has one), in one
+    pass."""
     digest, tag = new_checksum(), new_tag_digest()
-    _stream(path, (digest, tag))
-    return digest.hexdigest(), content_tag(tag)
+    version = _stream(path, (digest, tag))
+    return digest.hexdigest(), version or content_tag(tag)
 
 
-def _stream(path: Path | str, digests: tuple, limit: int | None = None) -> None:
-    """Feed the file's content (its first ``limit`` bytes when given) to each of ``digests``."""
+def _stream(path: Path | str | Location, digests: tuple, limit: int | None = None) -> str:
+    """Feed the file's content (its first ``limit`` bytes when given) to each of ``digests``; returns its
+    store's version ('' for a local file)."""
     left = limit
     with open_segment(path) as f:
+        version = opened_version(path, f)[1]
         while left is None or left > 0:
             chunk = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
             if not chunk:
@@ -200,3 +220,4 @@ def _stream(path: Path | str, digests: tuple, limit: int | None = None) -> None:
                 digest.update(chunk)
             if left is not None:
                 left -= len(chunk)
+        return version

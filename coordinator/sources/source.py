@@ -32,6 +32,7 @@ from typing import Any
 from coordinator.errors import SourceError
 from coordinator.sources.event_time import event_time_ms
 from coordinator.sources.record_formats import JsonLines, ParquetFiles, RecordFormat, TextLines
+from coordinator.storage.location import Location
 from coordinator.sources.segment_reader import MAX_LINE_ENV, LongLine, SegmentReader, checksum_and_tag_of, preview
 
 # Names that round-trip unchanged through file URIs, so Spark's file paths map back to segments.
@@ -67,7 +68,7 @@ class IdRecord:
 class ScannedSegment:
     partition: str
     name: str
-    path: Path
+    path: Path | Location
     records: int
     bytes: int
     #: sha256 of the content read (``coordinator.sources.segment_reader``) and the file's mtime when opened
@@ -84,11 +85,11 @@ class BadIdRecordError(ValueError):
     """An id envelope line that is not a valid id record; the message is the dead letter's reason."""
 
 
-def input_dir(data_dir: Path, job: str) -> Path:
+def input_dir(data_dir: Path | Location, job: str) -> Path | Location:
     return data_dir / job / "input"
 
 
-def job_partitions(root: Path, sources: tuple[str, ...]) -> list[str]:
+def job_partitions(root: Path | Location, sources: tuple[str, ...]) -> list[str]:
     """A job's partitions: the directories under ``root``, or with several sources ``<source>/<partition>``
     for the directories under ``root/<source>`` (a directory of no declared source is an error)."""
     if len(sources) <= 1:
@@ -100,14 +101,14 @@ def job_partitions(root: Path, sources: tuple[str, ...]) -> list[str]:
     return [f"{name}/{p}" for name in sources for p in list_partitions(root / name)]
 
 
-def list_partitions(root: Path) -> list[str]:
+def list_partitions(root: Path | Location) -> list[str]:
     """Partition directory names under ``root`` (missing root: no partitions yet)."""
     if not root.exists():
         return []
     if not root.is_dir():
         raise SourceError(f"source input {root} is a file, expected a directory of partitions")
     names = []
-    for entry in sorted(root.iterdir()):
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
         if not is_complete_segment(entry.name):
             continue
         if not entry.is_dir():
@@ -118,9 +119,9 @@ def list_partitions(root: Path) -> list[str]:
     return names
 
 
-def list_segments(partition_dir: Path) -> list[str]:
+def list_segments(partition_dir: Path | Location) -> list[str]:
     names = []
-    for entry in sorted(partition_dir.iterdir()):
+    for entry in sorted(partition_dir.iterdir(), key=lambda e: e.name):
         if not is_complete_segment(entry.name):
             continue
         if not entry.is_file():
@@ -252,7 +253,7 @@ def long_line_reason(line: LongLine, limit: int) -> str:
 
 
 def scan_segment(
-    partition: str, path: Path, lines: RecordFormat | None = None, max_line: int | None = None
+    partition: str, path: Path | Location, lines: RecordFormat | None = None, max_line: int | None = None
 ) -> ScannedSegment:
     """Count a segment's records, streamed (``coordinator.sources.segment_reader``), with its size, checksum and
     mtime. Bad records (dead letters): lines longer than the maximum, lines that are not UTF-8 or not of
@@ -302,7 +303,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def read_payloads(path: Path, offsets_in_segment: set[int]) -> dict[int, bytes]:
+def read_payloads(path: Path | Location, offsets_in_segment: set[int]) -> dict[int, bytes]:
     """Previews of some of a segment's records (for dead letters decided after the scan), streamed."""
     found: dict[int, str] = {}
     last = max(offsets_in_segment, default=-1)
@@ -319,7 +320,7 @@ def source_subtask(partition: str, parallelism: int) -> int:
     return zlib.crc32(partition.encode()) % parallelism
 
 
-def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegment:
+def scan_parquet(partition: str, path: Path | Location, fmt: ParquetFiles) -> ScannedSegment:
     """A Parquet segment: its rows (from the footer), size, checksum and mtime; a row with a null in a
     declared field is a dead letter. SourceError (exit 2) for a file that is not Parquet or lacks a
     declared field or has it with another type: nothing of the batch is registered."""
@@ -328,7 +329,7 @@ def scan_parquet(partition: str, path: Path, fmt: ParquetFiles) -> ScannedSegmen
 
     stat = path.stat()
     try:
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(path.fs.open_input_file(path.path) if isinstance(path, Location) else path)
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"segment {path} is not a Parquet file: {str(exc).splitlines()[0]}") from None
     rows, nulls = checked_parquet_rows(parquet, fmt.fields, f"segment {path}")

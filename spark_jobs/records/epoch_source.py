@@ -29,6 +29,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.catalog.models import SourceSegment
 from coordinator.sources.record_formats import RecordFormat
+from coordinator.storage.location import Location
 from spark_jobs.records.xxh64 import spark_xxhash64
 
 RECORD_SCHEMA = StructType(
@@ -40,7 +41,7 @@ RECORD_SCHEMA = StructType(
 )
 
 
-def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSegment],
+def read_lines(spark: SparkSession, input_dir: Path | Location, segments: Sequence[SourceSegment],
                fmt: RecordFormat) -> DataFrame:
     """Just the lines (column ``line``) of a source of format ``fmt``, for operators that need no sequence
     numbers.
@@ -60,14 +61,16 @@ def read_lines(spark: SparkSession, input_dir: Path, segments: Sequence[SourceSe
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-#: a path that Spark's ``input_file_name()`` spells as ``file://`` and the path itself (nothing percent-encoded)
+#: a path that Spark's ``input_file_name()`` spells as ``file://`` and the path itself (nothing percent-encoded);
+#: on an object store or HDFS, as its URI
 PLAIN_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+PLAIN_AUTHORITY = re.compile(r"[A-Za-z0-9_.:-]*")
 #: the logical operators between a file scan and a row after which ``input_file_name()`` still names the file
 #: the row came from: row by row, in the scan's task (no shuffle, no batch handed to a Python worker)
 NARROW = frozenset({"LogicalRelation", "Project", "Filter", "Generate", "Union"})
 
 
-def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSegment]]]
+def epoch_of_file(input_dir: Path | Location, epochs: Sequence[tuple[int, Sequence[SourceSegment]]]
                   ) -> tuple[Column, frozenset[str]] | None:
     """A column giving a record of several epochs ``(checkpoint id, segments)``, read in one scan, its epoch by
     the file it was read from, and those files (as ``input_file_name()`` names them): valid on a stream for
@@ -79,9 +82,15 @@ def epoch_of_file(input_dir: Path, epochs: Sequence[tuple[int, Sequence[SourceSe
     xxhash64 of its name: a map keyed by the names themselves compares long strings that differ only at their
     end, on every record (more than twice the cost of hashing the name)."""
     paths = {str(input_dir / s.partition / s.name): c for c, segments in epochs for s in segments}
-    if not all(PLAIN_PATH.fullmatch(path) for path in paths):
-        return None
-    files = {"file://" + path: c for path, c in paths.items()}
+    files = {}
+    for path, c in paths.items():
+        if "://" in path:
+            uri, (authority, _, key) = path, path.split("://", 1)[1].partition("/")
+        else:
+            uri, authority, key = "file://" + path, "", path[1:]
+        if not (PLAIN_PATH.fullmatch("/" + key) and PLAIN_AUTHORITY.fullmatch(authority)):
+            return None
+        files[uri] = c
     hashes = [spark_xxhash64(uri) for uri in files]
     if len(set(hashes)) < len(hashes):
         return None
@@ -145,7 +154,7 @@ def json_line(value: Column) -> Column:
 
 def read_epoch(
     spark: SparkSession,
-    input_dir: Path,
+    input_dir: Path | Location,
     segments: Sequence[SourceSegment],
     fmt: RecordFormat,
     dead_offsets: Sequence[tuple[str, int]] = (),
@@ -182,7 +191,7 @@ def read_epoch(
 
 def read_parquet_epoch(
     spark: SparkSession,
-    input_dir: Path,
+    input_dir: Path | Location,
     segments: Sequence[SourceSegment],
     columns: Sequence[str],
     dead_offsets: Sequence[tuple[str, int]] = (),

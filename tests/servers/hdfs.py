@@ -47,6 +47,8 @@ def hdfs_server(base: Path) -> Iterator[HdfsServer]:
             ["java", f"-Dtest.build.data={base / 'build'}", "-cp", classpath("minicluster"),
              "org.apache.hadoop.mapreduce.MiniHadoopClusterManager", "-nomr", "-format", "-nnport", str(port),
              "-nnhttpport", "0", "-D", f"hdfs.minidfs.basedir={base / 'dfs'}",
+             # a file closes once its last block is committed, without waiting for the DataNode to report it
+             "-D", "dfs.namenode.file.close.num-committed-allowed=1",
              "-writeConfig", str(config), "-writeDetails", str(details)],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
