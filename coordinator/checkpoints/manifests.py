@@ -24,6 +24,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -92,22 +93,33 @@ def fsync(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def _rows(fs: pafs.FileSystem, path: str, tail: bytes, size: int) -> int:
+    """The rows of a Parquet file from its footer: in ``tail`` (its last bytes, read already) when the footer
+    fits there, so that an object is not fetched twice; else read from the file."""
+    footer = int.from_bytes(tail[-8:-4], "little") + 8 if len(tail) >= 8 else size + 1
+    if footer <= len(tail):
+        return pq.read_metadata(pa.BufferReader(tail)).num_rows
+    with fs.open_input_file(path) as file:
+        return pq.read_metadata(file).num_rows
+
+
 def seal(uri: str, job_root: str) -> Manifest:
     """Make the files under ``uri`` durable and write their manifest; returns what the ack records.
     ``job_root``: the job's directory under the state root (directories up to it are fsynced)."""
     fs, root = state_files.filesystem(uri)
     entries = []
     for rel in _listing(fs, root):
-        digest, size = hashlib.sha256(), 0
+        digest, size, tail = hashlib.sha256(), 0, b""
         with fs.open_input_stream(f"{root}/{rel}") as stream:  # streamed: a full snapshot may be large
             while chunk := stream.read(CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
-        with fs.open_input_file(f"{root}/{rel}") as file:  # the footer only
-            rows = pq.read_metadata(file).num_rows
-        entries.append({"path": rel, "bytes": size, "rows": rows, "sha256": digest.hexdigest()})
+                tail = (tail + chunk)[-CHUNK:]
+        entries.append({"path": rel, "bytes": size, "rows": _rows(fs, f"{root}/{rel}", tail, size),
+                        "sha256": digest.hexdigest()})
     content = json.dumps({"files": entries}, sort_keys=True, indent=1).encode()
-    fs.create_dir(root, recursive=True)
+    if not filesystems.is_object_store(uri):  # an object store has no folders to make
+        fs.create_dir(root, recursive=True)
     with fs.open_output_stream(f"{root}/{MANIFEST}") as out:
         out.write(content)
     if isinstance(fs, pafs.LocalFileSystem):

@@ -1,8 +1,10 @@
 """The partitioned segment-file source: ``<data_dir>/<job>/input/<partition>/<segment>``.
 
 A segment is complete (and immutable) once it has its final name: names that
-start with ``.`` or ``_`` or end with ``.tmp`` are still being written and are
-ignored. Segments are registered in the catalog in name order, which is their
+start with ``.`` or ``_`` or end with ``.tmp`` (or ``._COPYING_``, ``hdfs dfs
+-put``'s) are still being written and are ignored. On an object store a segment
+is uploaded whole under its final name: an object is not listed before its
+upload completes. Segments are registered in the catalog in name order, which is their
 arrival order; a segment's records (its lines) get consecutive offsets after
 the partition's previous segments, so a record's sequence number is its
 offset in its partition. A segment is scanned as a stream
@@ -42,8 +44,12 @@ MAX_ID_LENGTH = 255
 MAX_EVENT_TIME = 2**53 - 1
 
 
+#: what a file being written is called: a temporary name of one's own, or what ``hdfs dfs -put`` writes first
+INCOMPLETE_SUFFIXES = (".tmp", "._COPYING_")
+
+
 def is_complete_segment(name: str) -> bool:
-    return not (name.startswith((".", "_")) or name.endswith(".tmp"))
+    return not (name.startswith((".", "_")) or name.endswith(INCOMPLETE_SUFFIXES))
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,38 @@ EXECUTOR_ENV = "ABS_S3A_SECRET_PROPERTIES"
 _DEFAULTS_LINE = re.compile(r"^\s*(\S+)\s*[=\s]\s*(.*?)\s*$")
 
 
+def _read_once(parse):
+    """``parse(path)`` of a configuration file, parsed again only when the file changes: every filesystem
+    lookup asks (``filesystems.filesystem``)."""
+    seen: dict[tuple[Path, int], dict[str, str]] = {}
+
+    def read(path: Path | None) -> dict[str, str]:
+        if path is None:
+            return {}
+        try:
+            key = (path, path.stat().st_mtime_ns)
+        except OSError:  # no such file: nothing configured there
+            return {}
+        if key not in seen:
+            seen.clear()
+            seen[key] = parse(path)
+        return dict(seen[key])
+
+    return read
+
+
 def _core_site(env: Mapping[str, str]) -> dict[str, str]:
     folder = env.get("HADOOP_CONF_DIR")
-    path = Path(folder) / "core-site.xml" if folder else None
-    if path is None or not path.is_file():
-        return {}
+    return _parse_core_site(Path(folder) / "core-site.xml" if folder else None)
+
+
+def _spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    folder = env.get("SPARK_CONF_DIR") or (str(Path(env["SPARK_HOME"]) / "conf") if env.get("SPARK_HOME") else "")
+    return _parse_spark_defaults(Path(folder) / "spark-defaults.conf" if folder else None)
+
+
+@_read_once
+def _parse_core_site(path: Path) -> dict[str, str]:
     try:
         root = ET.parse(path).getroot()
     except ET.ParseError as exc:
@@ -44,11 +71,8 @@ def _core_site(env: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _spark_defaults(env: Mapping[str, str]) -> dict[str, str]:
-    folder = env.get("SPARK_CONF_DIR") or (str(Path(env["SPARK_HOME"]) / "conf") if env.get("SPARK_HOME") else "")
-    path = Path(folder) / "spark-defaults.conf" if folder else None
-    if path is None or not path.is_file():
-        return {}
+@_read_once
+def _parse_spark_defaults(path: Path) -> dict[str, str]:
     found = {}
     for line in path.read_text().splitlines():
         m = _DEFAULTS_LINE.match(line)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import shutil
 from dataclasses import dataclass, replace
 from functools import cache, cached_property, partial
 
@@ -26,6 +25,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
+from coordinator.checkpoints import state_files
 from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.records.spark_types import spark_type
 from spark_jobs.state import tasks as store_tasks
@@ -116,7 +116,7 @@ def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFr
     deltas = None if state.snapshots is None or subtasks is not None else \
         [state.checkpoint_dir(checkpoint_id) for checkpoint_id in ids]
     for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
-        shutil.rmtree(delta, ignore_errors=True)
+        state_files.delete_dir(delta)
 
     # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``): in
     # Spark, that was 10 times the rows through Arrow to the Python worker (0.4 s of a catch-up's 0.6 s apply)
@@ -210,7 +210,7 @@ class Applying:
                 mine[f"rows_{i}"], mine[f"xor_{i}"] = found.get((checkpoint_id, i), (0, None))
             changes = cache(partial(_delta_rows, self.spark, state, deltas[k],
                                     [i for i in range(p) if mine[f"rows_{i}"]]))
-            written = {"uri": "file://" + deltas[k], "metrics": mine}
+            written = {"uri": state_files.spark_uri(deltas[k]), "metrics": mine}
             files = last.after(checkpoint_id, deltas[k], {i: mine[f"rows_{i}"] for i in range(p)})
             last = replace(state, version=checkpoint_id, prev=prev, changes_of=changes, written=written, files=files,
                            reload=False, loads=loads if k == 0 else {})

@@ -56,7 +56,6 @@ between hosts.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -139,11 +138,11 @@ class StoreState:
     max_parallelism: int
     version: int
     #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
-    #: (``state.loader.StoreAt.files``); None: none (the state root is remote and this run's deltas unwritten)
+    #: (``state.loader.StoreAt.files``); None: none (this run's deltas unwritten: the snapshot writer writes them)
     files: tuple[tuple[StateFile, ...], ...] | None
     #: the tasks report hits and reloads here (``state.loader.StoreEvents``)
     events: Accumulator
-    #: the job's snapshot folder when the state root is local (the epoch's tasks write its delta there)
+    #: the job's snapshot folder under the state root, on any filesystem (the epoch's tasks write its delta there)
     snapshots: str | None = None
     #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
     prev: int | None = None
@@ -174,7 +173,7 @@ class StoreState:
         return None if self.changes_of is None else self.changes_of()
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
-        """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots`` (a local state root)."""
+        """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots``."""
         return f"{self.snapshots}/chk-{checkpoint_id}/{self.operator}"
 
     def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
@@ -210,12 +209,12 @@ class StoreState:
 
 
 def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict:
-    """The full snapshot of the stores as of ``state.version``, for a local state root: one task per store
+    """The full snapshot of the stores as of ``state.version``: one task per store
     writes its subtask's file, as the deltas are written (none of Spark's file commit protocol). Returns the
     rows and checksum of each subtask and the rows changed after ``base``, as the snapshot writer observes them
     (``keyed_state.snapshot_metrics``)."""
     folder = state.checkpoint_dir(state.version)
-    shutil.rmtree(folder, ignore_errors=True)  # the epoch's delta, an earlier attempt's files
+    state_files.delete_dir(folder)  # the epoch's delta, an earlier attempt's files
     dump = store_tasks.dump_task(state.at, state.operator, state.events, folder, SUBTASK)
     rows = state.one_per_store(spark).mapInArrow(
         dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
@@ -229,7 +228,7 @@ def own_snapshot(spark: SparkSession, state: StoreState, full: bool, base: int |
     """The metrics (``keyed_state.snapshot_metrics``) of the snapshot files of checkpoint ``state.version``
     when the stores' tasks write them: the delta the epoch's tasks wrote, incremental on ``base`` (on the job's
     first snapshot the stores started empty, so that delta is the whole state), or, full, what they write now
-    for a local state root (``write_full``). None: the snapshot writer writes them from ``StoreState.rows``."""
+    (``write_full``). None: the snapshot writer writes them from ``StoreState.rows``."""
     if state.written is not None and state.prev == (base or 0) and (not full or base is None):
         metrics = dict(state.written["metrics"])
         metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(state.parallelism))
@@ -272,8 +271,7 @@ class StoreBackend:
         self.placement = Placement(spark, seen or {})
         configured = Settings.from_env().store_dir
         root = str(Path(configured).expanduser().resolve()) if configured else ""
-        local = state_files.normalize_root(state_uri)
-        snapshots = None if "://" in local else f"{local}/{job.name}"
+        snapshots = f"{state_files.normalize_root(state_uri)}/{job.name}"
         for spec in job.states:
             layout = layout_of(nodes[spec.operator], spec)
             if layout is not None:

@@ -13,7 +13,7 @@ from tests.helpers import make_workspace
 def test_incomplete_segments_are_ignored(tmp_path) -> None:
     p = tmp_path / "p0"
     p.mkdir()
-    for name in ("seg-2.txt", "seg-1.txt", ".seg-3.txt", "_seg-4.txt", "seg-5.txt.tmp"):
+    for name in ("seg-2.txt", "seg-1.txt", ".seg-3.txt", "_seg-4.txt", "seg-5.txt.tmp", "seg-6.txt._COPYING_"):
         (p / name).write_text("a\n")
     assert list_segments(p) == ["seg-1.txt", "seg-2.txt"]
 
