@@ -3,7 +3,8 @@
 Barriers keep being injected while processing fails; the next epochs run
 processes every pending epoch in order, and the sink equals an independent
 recount. The recover DAG's refusals: one its driver makes after the DAG checked
-the request, and a checkpoint id past the catalog's.
+the request, and a checkpoint id past the catalog's. A barrier and an epochs run
+with the input and the state root on an S3 server (tests/servers/s3.py).
 """
 
 from __future__ import annotations
@@ -307,3 +308,33 @@ def test_a_checkpoint_id_past_the_catalogs_fails_the_recover_task_once_with_the_
     assert message in out + err and "NumericValueOutOfRange" not in out + err
     rows = recovery.history(ws.store, "wordcount", run.run_id)
     assert [(r["result"], r["requested_checkpoint_id"], r["detail"]) for r in rows] == [("REFUSED", None, message)]
+
+
+
+@pytest.fixture
+def s3(tmp_path: Path):
+    from tests.servers.s3 import s3_server
+
+    with s3_server(tmp_path / "s3") as server:  # up until the sink is judged, after the test's body
+        yield server
+
+
+def test_the_dags_run_a_barrier_and_an_epoch_with_input_and_state_on_s3(
+    dags: dict, tmp_path: Path, pg_url: str, s3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.fs as pafs
+
+    # the cluster's Spark configuration: the S3A jars and settings, which the barrier task reads too
+    monkeypatch.setenv("SPARK_CONF_DIR", str(s3.spark_conf_dir(tmp_path / "spark-conf")))
+    bucket = s3.bucket("abs")
+    ws = make_workspace(tmp_path, pg_url, env={"ABS_DATA_DIR": f"{bucket}/input", "ABS_STATE_URI": f"{bucket}/state"})
+    for key, value in ws.settings.as_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AIRFLOW_VAR_ABS_DATABASE_URL", raising=False)
+    assert inject(dags, ws, 0) == 1
+    assert ws.store.cut(ws.job.name, 1) == {"p0": 400, "p1": 400}
+    assert dags["abs_wordcount_epochs"].test().state == "success"
+    assert statuses(ws) == {1: CheckpointStatus.COMPLETED}
+    assert ws.committed() == ws.expected_at(1) != {}
+    state = s3.filesystem().get_file_info(pafs.FileSelector("abs/state/wordcount", recursive=True))
+    assert any(f.path.endswith("/_manifest.json") for f in state), [f.path for f in state]

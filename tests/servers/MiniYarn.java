@@ -18,6 +18,8 @@ public class MiniYarn {
     conf.set("yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage", "99.9");
     conf.set("yarn.resourcemanager.scheduler.class", "org.apache.hadoop.yarn.server.resourcemanager.scheduler.fifo.FifoScheduler");
     conf.setInt("yarn.nodemanager.resource.memory-mb", 8192);
+    // a MiniYARNCluster sizes its NodeManagers by this one instead (4096 by default: room for one executor)
+    conf.setInt("yarn.minicluster.yarn.nodemanager.resource.memory-mb", 8192);
     conf.setInt("yarn.scheduler.maximum-allocation-mb", 8192);
     MiniYARNCluster cluster = new MiniYARNCluster("absreplay", Integer.parseInt(args[2]), 1, 1);
     cluster.init(conf);

@@ -41,8 +41,13 @@ class YarnCluster:
 
 
 @contextmanager
-def yarn_cluster(base: Path, hdfs: HdfsServer, node_managers: int = 1) -> Iterator[YarnCluster]:
-    """A MiniYARNCluster over ``hdfs``, its files under ``base``; stopped on exit."""
+def yarn_cluster(base: Path, hdfs: HdfsServer, node_managers: int = 1, own_host: bool = False
+                 ) -> Iterator[YarnCluster]:
+    """A MiniYARNCluster over ``hdfs``, its files under ``base``; stopped on exit. ``own_host``: the cluster
+    (its NodeManagers' local folders, and so its containers' working folders) in a mount namespace of its
+    own with a private tmpfs over them, as on a host of its own (``tests.state.separate_hosts.private``)."""
+    from tests.state.separate_hosts import private
+
     conf_dir = base / "conf"
     conf_dir.mkdir(parents=True, exist_ok=True)
     site = conf_dir / "yarn-site.xml"
@@ -51,10 +56,11 @@ def yarn_cluster(base: Path, hdfs: HdfsServer, node_managers: int = 1) -> Iterat
     if not (launcher / "MiniYarn.class").exists():
         raise RuntimeError(f"{launcher}/MiniYarn.class is missing: `make jvm-deps` compiles it")
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["java", f"-Dtest.build.data={base / 'build'}", "-cp", f"{launcher}{os.pathsep}{classpath('minicluster')}",
-             "MiniYarn", str(site), hdfs.uri(), str(node_managers)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        command = ["java", f"-Dtest.build.data={base / 'build'}", "-cp",
+                   f"{launcher}{os.pathsep}{classpath('minicluster')}", "MiniYarn", str(site), hdfs.uri(),
+                   str(node_managers)]
+        proc = subprocess.Popen(private([base / "build"], command) if own_host else command,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not site.exists():
