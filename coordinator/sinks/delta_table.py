@@ -39,6 +39,7 @@ from coordinator.errors import SinkSchemaError
 from coordinator.sinks import deletes
 from coordinator.sinks.base import schema_difference
 from coordinator.sinks.deletes import DELETE
+from coordinator.storage import filesystems
 
 if TYPE_CHECKING:
     import deltalake
@@ -69,7 +70,9 @@ class DeltaTable:
         self.uri = uri
         self.schema = schema
         self.key = key
-        self.storage_options = storage_options
+        # on S3, what the job declares over what the S3A properties say (the endpoint Spark and the coordinator use)
+        derived = filesystems.delta_storage_options(uri)
+        self.storage_options = {**derived, **(storage_options or {})} if derived else storage_options
 
     def describe(self) -> str:
         return f"Delta table {self.uri}"

@@ -42,9 +42,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coordinator.checkpoints.manifests import fsync
-from coordinator.errors import SinkSchemaError
+from coordinator.errors import ConfigError, SinkSchemaError
 from coordinator.sinks import deletes
 from coordinator.sinks.base import schema_difference
+from coordinator.storage import filesystems
 
 OWNER_FILE = "_abs_sink.json"
 PART = "part-0.parquet"
@@ -87,7 +88,11 @@ def _named(key: tuple[str, ...] | None) -> str:
 
 class ParquetDirectory:
     def __init__(self, path: str | Path, schema: pa.Schema, key: tuple[str, ...] | None) -> None:
-        self.path = Path(path)
+        if filesystems.scheme(str(path)) != "file":
+            raise ConfigError(f"Parquet directory sink {path}: it commits by renaming folders, which an object "
+                              f"store or HDFS cannot do atomically; put it on a local or mounted file system, or "
+                              f"use abs.DeltaTable({str(path)!r}), which commits on any store")
+        self.path = Path(str(path).removeprefix("file://"))
         self.schema = schema
         self.key = key
 

@@ -142,3 +142,28 @@ def delete_tree(uri: str) -> None:
             fs.delete_dir(path)
     except FileNotFoundError:
         pass
+
+
+def delta_storage_options(uri: str) -> dict[str, str] | None:
+    """delta-rs' storage options for a table at ``uri`` on an S3 store, from the same S3A properties (None
+    elsewhere, or with none configured: delta-rs then reads the AWS environment itself). The coordinator is
+    a Delta sink's one writer, under its lease, so delta-rs may commit with S3's copy and delete instead of
+    a locking service (``AWS_S3_ALLOW_UNSAFE_RENAME``)."""
+    if not is_object_store(uri):
+        return None
+    conf = hadoop_conf.for_bucket(hadoop_conf.s3a_properties(), urlsplit(uri).netloc)
+    options = {"AWS_S3_ALLOW_UNSAFE_RENAME": "true"}
+    endpoint = conf.get("endpoint", "").strip()
+    if endpoint:
+        ssl = conf.get("connection.ssl.enabled", "true").lower() != "false"
+        endpoint = endpoint if "://" in endpoint else f"{'https' if ssl else 'http'}://{endpoint}"
+        options["AWS_ENDPOINT_URL"] = endpoint
+        options["AWS_ALLOW_HTTP"] = str(endpoint.startswith("http://")).lower()
+        options["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = str(conf.get("path.style.access", "false").lower() != "true").lower()
+    if region := conf.get("endpoint.region") or conf.get("region"):
+        options["AWS_REGION"] = region
+    for key, name in (("access.key", "AWS_ACCESS_KEY_ID"), ("secret.key", "AWS_SECRET_ACCESS_KEY"),
+                      ("session.token", "AWS_SESSION_TOKEN")):
+        if conf.get(key):
+            options[name] = conf[key]
+    return options

@@ -8,8 +8,8 @@ through the command line (spark-submit), as a user runs them.
   the third epoch, then ``recover``: the sink equals an independent recount read back from the server,
   ``absreplay verify`` exits 0; an object rewritten after its barrier is then refused by the next barrier,
   naming it, with nothing registered;
-- a job with a join and an event-time window (tests/jobs/views_by_country.py), the same kill and recovery:
-  both sinks equal a plain-Python reference, ``verify`` exits 0.
+- a job with a join and an event-time window (tests/jobs/views_by_country.py), its Delta sink on the server
+  too, the same kill and recovery: both sinks equal a plain-Python reference, ``verify`` exits 0.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def test_wordcount_on_s3_survives_a_kill_and_refuses_a_rewritten_object(tmp_path
 @pytest.mark.heavy(seconds=150)
 def test_a_join_and_a_window_on_s3_survive_a_kill(tmp_path, s3, pg_url, summary, monkeypatch) -> None:
     jobs = str(JOBS_DIR)
-    env = {"ABS_JOBS_DIR": jobs, "VIEWS_SQL_URL": pg_url, "VIEWS_DELTA": str(tmp_path / "delta" / "views")}
+    # the Delta sink on the server too: delta-rs takes its endpoint and keys from the same S3A settings
+    env = {"ABS_JOBS_DIR": jobs, "VIEWS_SQL_URL": pg_url, "VIEWS_DELTA": "s3a://abs/delta/views"}
     for k, v in env.items():  # the sinks' targets, as the job's declaration reads them here too
         monkeypatch.setenv(k, v)
     catalog = f"sqlite:///{tmp_path / 'catalog.db'}"
@@ -93,6 +94,7 @@ def test_a_join_and_a_window_on_s3_survive_a_kill(tmp_path, s3, pg_url, summary,
     assert views_data.check(ws.store, ws.job.name, ws.input_dir, sinks) == {
         "to_postgres": (0, 0), "to_delta": (0, 0)}, out
     assert sinks["to_delta"].num_rows > 10
+    assert any(name.endswith(".json") for name in objects(s3, "abs/delta/views/_delta_log"))
     assert "checkpoint 3 verified" in ok(ws, "verify", ws.job.name)
     summary(f"views_by_country on S3: process SIGKILLed inside epoch 3, recovered; {sinks['to_delta'].num_rows} "
             f"windows = reference, verify exit 0")

@@ -81,3 +81,24 @@ def test_a_location_walks_like_a_path(tmp_path) -> None:
     assert seg.is_file() and seg.read_bytes() == b"a\nb\n" and seg.stat().st_size == 4
     assert str(seg) == f"file://{tmp_path}/in/p0/s1" and seg.parent == root / "p0"
     assert not (root / "nope").exists()
+
+
+def test_a_delta_table_on_s3_takes_the_s3a_settings(tmp_path, monkeypatch) -> None:
+    env = conf_dirs(tmp_path, {"fs.s3a.endpoint": "127.0.0.1:9000", "fs.s3a.connection.ssl.enabled": "false",
+                               "fs.s3a.path.style.access": "true", "fs.s3a.access.key": "k",
+                               "fs.s3a.secret.key": "s"}, {})
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert filesystems.delta_storage_options(f"{tmp_path}/table") is None
+    assert filesystems.delta_storage_options("s3a://b/table") == {
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_ALLOW_HTTP": "true",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
+
+
+def test_a_parquet_directory_sink_is_refused_on_an_object_store() -> None:
+    import pyarrow as pa
+
+    from coordinator.sinks.parquet_dir import ParquetDirectory
+
+    with pytest.raises(ConfigError, match=r"Parquet directory sink s3a://b/out: it commits by renaming folders"):
+        ParquetDirectory("s3a://b/out", pa.schema([("k", pa.string())]), ("k",))
