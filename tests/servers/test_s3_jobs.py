@@ -6,8 +6,8 @@ through the command line (spark-submit), as a user runs them.
 
 - wordcount: two epochs processed and committed, then ``process`` SIGKILLed (with its Spark JVM) inside
   the third epoch, then ``recover``: the sink equals an independent recount read back from the server,
-  ``absreplay verify`` exits 0; an object rewritten after its barrier is then refused by the next barrier,
-  naming it, with nothing registered;
+  ``absreplay verify`` exits 0; an object rewritten after its barrier is then refused by the run of its
+  epoch, naming it, with nothing read; put back, the epoch runs;
 - a job with a join and an event-time window (tests/jobs/views_by_country.py), its Delta sink on the server
   too, the same kill and recovery: both sinks equal a plain-Python reference, ``verify`` exits 0.
 """
@@ -19,8 +19,8 @@ import pytest
 from absreplay.job_discovery import get_job
 from coordinator.catalog.db import upgrade
 from tests import views_data
-from tests.helpers import JOBS_DIR, cli, make_workspace
-from tests.servers.remote_runs import killed_in_third_epoch, ok
+from tests.helpers import JOBS_DIR, make_workspace
+from tests.servers.remote_runs import command, killed_in_third_epoch, ok
 from tests.servers.s3 import S3Server, s3_server
 
 pytestmark = [pytest.mark.spark]
@@ -60,19 +60,24 @@ def test_wordcount_on_s3_survives_a_kill_and_refuses_a_rewritten_object(tmp_path
     state = objects(s3, "abs/state/wordcount")
     assert any(name.endswith("/_manifest.json") for name in state), state
 
-    # an object rewritten after its barrier: the next barrier names it and registers nothing
-    segment = ws.input_dir / "p0" / "seg-000001.txt"
+    # an object rewritten after its barrier, before its epoch ran: the run names it and reads nothing
+    ws.land(3, lines=600)
+    ws.coordinator.inject()
+    segment = ws.input_dir / "p0" / "seg-000003.txt"
     landed = segment.read_bytes()
     segment.write_bytes(landed.replace(b" ", b"_", 3))
-    refused = cli(ws, "inject", ws.job.name)
-    assert refused.code == 2, refused.out + refused.err
-    assert f"segment {segment} changed after inject" in refused.err
-    assert max(c.checkpoint_id for c in ws.store.checkpoints(ws.job.name)) == 3
-    # put back as it was (a new object, a new ETag, the registered content): the next barrier goes on
+    code, refused = command(ws, "process", ws.job.name)
+    assert code == 2, refused[-3000:]
+    assert f"segment {segment} of epoch 4 changed after inject" in refused
+    assert ws.store.latest_completed(ws.job.name).checkpoint_id == 3
+    # put back as it was (the registered content): the epoch runs
     segment.write_bytes(landed)
-    assert cli(ws, "inject", ws.job.name).code == 0
+    ok(ws, "process", ws.job.name)
+    ok(ws, "finalize", ws.job.name)
+    assert ws.committed() == ws.expected_latest() == ws.expected_at(4)
+    error = next(line for line in refused.splitlines() if line.startswith("error:"))
     summary(f"wordcount on S3: process SIGKILLed inside epoch 3, recovered to checkpoint 3; sink = recount, "
-            f"verify exit 0; {len(state)} state objects; a rewritten object refused: {refused.err.strip()[:120]}")
+            f"verify exit 0; {len(state)} state objects; a rewritten object refused: {error[:160]}")
 
 
 @pytest.mark.postgres
