@@ -1,7 +1,7 @@
 """Wordcount with its input and state on HDFS (a MiniDFSCluster, ``tests/servers/hdfs.py``): no local folder
 holds a segment or a snapshot. Segments land as a hidden temporary file renamed into place (HDFS renames
 atomically); the coordinator and the executors' Python reach HDFS through hdfs-native, Spark through its own
-Hadoop client. Two epochs committed, ``process`` SIGKILLed inside the third, ``recover``: the sink equals an
+Hadoop client. Three epochs, ``process`` SIGKILLed inside the third, ``recover``: the sink equals an
 independent recount read back from HDFS, ``absreplay verify`` exits 0; a segment rewritten after its barrier
 (a new modification time and length) is refused by the next barrier, naming it.
 """

@@ -4,8 +4,7 @@ settings, which the coordinator reads too. No local folder holds a segment or a 
 (``ABS_DATA_DIR=s3a://...``) is landed object by object, under final names, and every command goes
 through the command line (spark-submit), as a user runs them.
 
-- wordcount: two epochs processed and committed, then ``process`` SIGKILLed (with its Spark JVM) inside
-  the third epoch, then ``recover``: the sink equals an independent recount read back from the server,
+- wordcount: three epochs, ``process`` SIGKILLed (with its Spark JVM) inside the third, then ``recover``: the sink equals an independent recount read back from the server,
   ``absreplay verify`` exits 0; an object rewritten after its barrier is then refused by the run of its
   epoch, naming it, with nothing read; put back, the epoch runs;
 - a job with a join and an event-time window (tests/jobs/views_by_country.py), its Delta sink on the server
