@@ -20,7 +20,6 @@ A window's late records go to the catalog's ``dead_letters`` table: an output to
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -70,7 +69,7 @@ def lineage(job: JobDefinition, settings: Settings) -> Any:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from openlineage.client.event_v2 import InputDataset, OutputDataset
 
-    root = source.input_dir(Path(settings.data_dir), job.name)
+    root = source.input_dir(settings.data_dir, job.name)  # a local Path, or a Location on S3 or HDFS
     several = len(job.sources) > 1
     inputs = [_dataset(InputDataset, storage_uri(fmt.location if isinstance(fmt, DeltaSource) else
                                                  str(root / name if several else root)), _source_fields(fmt))

@@ -78,3 +78,14 @@ def test_a_delta_source_names_its_table_with_its_variables_read(tmp_path, monkey
         .sink("out", SqlTable("per_customer")))
     settings = Settings.from_env({"ABS_HOME": str(tmp_path), "ABS_DATA_DIR": str(tmp_path / "data")})
     assert [(d.namespace, d.name) for d in lineage(job.definition(), settings).inputs] == [("s3://lake", "orders")]
+
+
+def test_input_on_an_object_store_is_named_by_its_bucket(tmp_path) -> None:
+    import absreplay.api as abs
+
+    job = abs.Job("lineage_s3", parallelism=1)
+    (job.source("clicks", abs.json_lines({"user": str}))
+        .key_by("user", str).aggregate("per_user", n=abs.count()).sink("out", SqlTable("per_user")))
+    settings = Settings.from_env({"ABS_HOME": str(tmp_path), "ABS_DATA_DIR": "s3a://lake/abs"})
+    found = lineage(job.definition(), settings)
+    assert [(d.namespace, d.name) for d in found.inputs] == [("s3a://lake", "abs/lineage_s3/input")]
