@@ -52,16 +52,12 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
 from bench.kit import options  # noqa: E402
+from bench.kit.catalog import WordcountCatalog  # noqa: E402
 from bench.ss_anchor import digest, du  # noqa: E402
 from bench.synthetic_bench import machine  # noqa: E402
-from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
-from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
-from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from coordinator.sources import source  # noqa: E402
 from tests.servers.s3 import REQUEST, S3Server, s3_server  # noqa: E402
 
 console = Console(width=170)
@@ -100,7 +96,7 @@ def areas(log_lines: list[str]) -> dict[str, int]:
     return {a: found[a] for a in (*AREAS, "other")}
 
 
-class Scenario:
+class Scenario(WordcountCatalog):
     """A fresh catalog, input and state root for one target; every step timed, with the S3 requests it made."""
 
     def __init__(self, s3: S3Server, base: Path, target: str, name: str, sizes: argparse.Namespace) -> None:
@@ -108,13 +104,7 @@ class Scenario:
         env = {"ABS_HOME": str(base / name)}
         if target == "s3":
             env |= {"ABS_DATA_DIR": f"s3a://{BUCKET}/{name}/input", "ABS_STATE_URI": f"s3a://{BUCKET}/{name}/state"}
-        self.settings = Settings.from_env(env)
-        upgrade(self.settings.database_url)
-        self.engine = make_engine(self.settings.database_url)
-        self.store = CheckpointStore(self.engine)
-        self.job = wordcount()
-        self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
-        self.input = source.input_dir(self.settings.data_dir, self.job.name)
+        super().__init__(Settings.from_env(env))
 
     def counted(self, step: Callable[[], object]) -> tuple[object, float, dict[str, int]]:
         """``step()``'s result, its wall time and the S3 requests made meanwhile, by kind, in all, and by what

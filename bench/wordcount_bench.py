@@ -55,18 +55,14 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from absreplay_examples.definitions import wordcount  # noqa: E402
 from absreplay_examples.sample_data import land_batch  # noqa: E402
 from bench import ss_anchor  # noqa: E402
 from bench.kit import options  # noqa: E402
+from bench.kit.catalog import WordcountCatalog  # noqa: E402
 from bench.ss_anchor import digest, du, segments  # noqa: E402
 from bench.kit.repetitions import summarize, turns  # noqa: E402
 from bench.synthetic_bench import machine  # noqa: E402
-from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
-from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
-from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
-from coordinator.sources import source  # noqa: E402
 
 console = Console(width=150)
 MODES = ("none", "sync", "async")
@@ -75,18 +71,12 @@ SS_STORES = ss_anchor.SS_STORES
 GOALS = {"per_epoch_over_ss_rocksdb": 0.8, "catch_up_async_over_plain_batch": 2.0, "async_over_none": 1.05}
 
 
-class Scenario:
+class Scenario(WordcountCatalog):
     """A fresh catalog and state root whose source input is filled batch by batch from the pool."""
 
     def __init__(self, root: Path, pool: Path) -> None:
         self.root, self.pool = root, pool
-        self.settings = Settings.from_env({"ABS_HOME": str(root)})
-        upgrade(self.settings.database_url)
-        self.engine = make_engine(self.settings.database_url)
-        self.store = CheckpointStore(self.engine)
-        self.job = wordcount()
-        self.coordinator = CheckpointCoordinator(self.store, self.job, self.settings.data_dir, self.settings.state_uri)
-        self.input = source.input_dir(self.settings.data_dir, self.job.name)
+        super().__init__(Settings.from_env({"ABS_HOME": str(root)}))
 
     def land(self, batch: int) -> None:
         for seg in segments(self.pool, batch):

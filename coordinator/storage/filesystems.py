@@ -16,6 +16,7 @@ Filesystems are cached per bucket or namenode: each one holds a connection pool.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -120,6 +121,24 @@ def files_under(fs: pafs.FileSystem, root: str, recursive: bool = True) -> list[
     found = fs.get_file_info(pafs.FileSelector(root, recursive=recursive, allow_not_found=True))
     folders = {f.path for f in found if f.type == pafs.FileType.Directory}
     return [f for f in found if f.type == pafs.FileType.File and f.path not in folders]
+
+
+def write_whole(uri: str, write: Callable[[pafs.FileSystem, str], None]) -> None:
+    """The file at ``uri`` written whole or not at all by ``write(fs, path)``: on an object store straight to
+    its final name (one PUT: an object is whole or absent, and there is no rename); elsewhere a hidden
+    temporary file beside it, renamed into place (over an earlier one: HDFS renames onto no file, so that one
+    goes first)."""
+    fs, path = filesystem(uri)
+    if is_object_store(uri):
+        write(fs, path)
+        return
+    folder, name = path.rsplit("/", 1)
+    fs.create_dir(folder, recursive=True)
+    tmp = f"{folder}/.{name}.tmp"
+    write(fs, tmp)
+    if not isinstance(fs, pafs.LocalFileSystem) and fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_file(path)
+    fs.move(tmp, path)
 
 
 def delete_tree(uri: str) -> None:

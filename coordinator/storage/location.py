@@ -13,7 +13,6 @@ file's modification time and length (one ``getFileInfo``); ``version`` spells it
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,21 +143,16 @@ class Location:
 
 
 def write_whole(target: Path | Location, data: bytes) -> None:
-    """Land a file whole under its final name, as a source's landing protocol asks: on an object store one PUT
-    (an object is visible complete or not at all, and there is no rename); elsewhere a hidden temporary
-    file (``.<name>.tmp``, never listed as a segment) renamed into place."""
-    if isinstance(target, Location) and target.object_store:
-        target.write_bytes(data)
-        return
-    tmp = target.parent / f".{target.name}.tmp"
+    """Land a file whole under its final name, as a source's landing protocol asks
+    (``filesystems.write_whole``: one PUT on an object store, a renamed hidden temporary file elsewhere)."""
+
+    def put(fs: pafs.FileSystem, path: str) -> None:
+        with fs.open_output_stream(path) as out:
+            out.write(data)
+
+    filesystems.write_whole(str(target), put)
     if isinstance(target, Location):
-        tmp.write_bytes(data)
-        target.fs.move(tmp.path, target.path)
         target._info = None
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
 
 
 def _s3_stat(metadata: dict, size: int) -> Stat:

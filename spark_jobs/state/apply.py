@@ -113,7 +113,7 @@ def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFr
     batch = state.pinned(wide)
     # the delta of checkpoint n is its rows: written by the same tasks (a partial recovery leaves it to
     # the snapshot writer, which keeps the files of the subtasks past the epoch)
-    deltas = None if state.snapshots is None or subtasks is not None else \
+    deltas = None if subtasks is not None else \
         [state.checkpoint_dir(checkpoint_id) for checkpoint_id in ids]
     for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
         state_files.delete_dir(delta)
@@ -132,7 +132,7 @@ def chainable(state: StoreState, ids: list[int], subtasks: frozenset[int] | None
     """Whether an apply of ``state`` can run inside the job of the aggregate ``into`` its changed rows feed
     (``planned``'s ``carried``): one epoch of a whole run (not a partial recovery), its tasks writing the
     deltas, and ``into`` pinned, since its metrics are read from the plan under the pinned RDD."""
-    return len(ids) == 1 and subtasks is None and state.snapshots is not None and into.placement is not None
+    return len(ids) == 1 and subtasks is None and into.placement is not None
 
 
 @dataclass

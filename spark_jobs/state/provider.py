@@ -143,7 +143,7 @@ class StoreState:
     #: the tasks report hits and reloads here (``state.loader.StoreEvents``)
     events: Accumulator
     #: the job's snapshot folder under the state root, on any filesystem (the epoch's tasks write its delta there)
-    snapshots: str | None = None
+    snapshots: str
     #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
     prev: int | None = None
     changes_of: Callable[[], DataFrame] | None = None
@@ -233,7 +233,7 @@ def own_snapshot(spark: SparkSession, state: StoreState, full: bool, base: int |
         metrics = dict(state.written["metrics"])
         metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(state.parallelism))
         return metrics
-    if full and state.snapshots is not None:
+    if full:
         return write_full(spark, state, base)
     return None
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 
@@ -140,16 +139,6 @@ def split_task(layout: Layout, subtask: str, folder: str) -> Task:
 
 def write_delta(rows: pa.Table, directory: str) -> None:
     """One subtask's delta (or full snapshot) file, whole or not at all (a retried task writes the same rows
-    again), on any filesystem: on an object store one PUT of the final name (an object is whole or absent, and
-    there is no rename); elsewhere a hidden temporary file renamed into place."""
-    fs, path = state_files.filesystem(directory)
-    final = f"{path}/part-00000.parquet"
-    if filesystems.is_object_store(directory):
-        pq.write_table(rows, final, filesystem=fs, compression="snappy")
-        return
-    fs.create_dir(path, recursive=True)
-    tmp = f"{path}/.part-00000.parquet.tmp"
-    pq.write_table(rows, tmp, filesystem=fs, compression="snappy")
-    if not isinstance(fs, pafs.LocalFileSystem) and fs.get_file_info(final).type != pafs.FileType.NotFound:
-        fs.delete_file(final)  # HDFS renames onto no existing file; the file is not acked yet
-    fs.move(tmp, final)
+    again), on any filesystem (``filesystems.write_whole``)."""
+    filesystems.write_whole(f"{directory}/part-00000.parquet",
+                            lambda fs, path: pq.write_table(rows, path, filesystem=fs, compression="snappy"))
