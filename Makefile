@@ -63,9 +63,9 @@ postgres:
 	bash tests/servers/postgres.sh
 
 # the JVM dependencies of jvm/pom.xml from Maven Central (into Maven's own cache, ~/.m2): one class path
-# file per profile under .jvm/ (spark: S3A for Spark's --jars; s3proxy, minicluster: the tests' servers);
+# file per profile under .jvm/ (spark: S3A and Kafka for Spark's --jars; s3proxy, minicluster, kafka: the tests' servers);
 # offline first, from the cache alone, as uv does for the Python packages
-JVM_PROFILES := spark s3proxy minicluster
+JVM_PROFILES := spark s3proxy minicluster kafka
 JVM_DEPS := $(JVM_PROFILES:%=.jvm/%.classpath)
 jvm-deps: $(JVM_DEPS) .jvm/classes/MiniYarn.class
 

@@ -51,14 +51,16 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.keywords import checked_keywords
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.sources.delta_source import DeltaSource
+from coordinator.sources.kafka_source import KafkaSource
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
 from coordinator.types import Schema, ddl
 
 __all__ = [
     "Aggregate", "CheckpointPolicy", "Csv", "DeltaSource", "DeltaTable", "DemoData", "IdStorePolicy", "Job",
+    "KafkaSource",
     "JsonLines", "KeyedStream", "LineCheck", "Loop", "ParquetDirectory", "Session", "Sliding", "SqlTable", "Stream",
     "TextLines", "Tumbling",
-    "combine", "count", "delta_source", "json_lines", "csv", "max", "mean", "min", "parquet", "sum",
+    "combine", "count", "delta_source", "json_lines", "kafka", "csv", "max", "mean", "min", "parquet", "sum",
 ]
 
 
@@ -95,6 +97,24 @@ def delta_source(uri: str, fields: Types, time: str | None = None,
     storage; ``from_version``: the first version read (earlier versions' rows are not records of the job)."""
     return DeltaSource(schema(fields), time, uri=uri, storage_options=tuple(sorted((storage_options or {}).items())),
                        from_version=from_version)
+
+
+@checked_keywords()
+def kafka(topics: str | list[str] | None = None, *, bootstrap_servers: str,
+          records: TextLines | JsonLines | Csv | None = None, pattern: str | None = None,
+          options: dict[str, str] | None = None, group_id: str | None = None) -> KafkaSource:
+    """The records of Kafka topics (``topics``: a name or names; or ``pattern``: a regular expression the
+    topics' names match whole), each record's value one of ``records`` (default: a text line;
+    ``abs.json_lines(...)`` or ``abs.csv(...)`` with their fields, ``time=`` and ``id=``). A barrier's cut is
+    every partition's last stable offset, an epoch the offsets between two cuts, read ``read_committed``;
+    a record's sequence number is its offset (``coordinator.sources.kafka_source``). ``bootstrap_servers``
+    and ``options`` (client settings such as ``security.protocol``, ``sasl.*``, ``ssl.*``) may name
+    ``${VAR}``, read when the brokers are reached, never stored; ``group_id``: the consumer group whose
+    offsets follow the committed checkpoints (default ``absreplay-<job>``)."""
+    named = (topics,) if isinstance(topics, str) else tuple(topics or ())
+    return KafkaSource(records if records is not None else TextLines(), topics=named, pattern=pattern,
+                       bootstrap_servers=bootstrap_servers, options=tuple(sorted((options or {}).items())),
+                       group_id=group_id)
 
 
 # -- keyed aggregates -------------------------------------------------------------------------------

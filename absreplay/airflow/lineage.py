@@ -13,7 +13,9 @@ asset has (``SinkDeclaration.location``, never a password):
   name ``DATABASE.SCHEMA.TABLE`` (MySQL likewise, ``DATABASE.TABLE``);
 - a local file or directory ``file:///PATH``: namespace ``file``, name ``/PATH``;
 - SQLite ``sqlite:/PATH/FILE.db/TABLE``: namespace ``sqlite:/PATH/FILE.db``, name ``TABLE``;
-- an object store ``s3://BUCKET/KEY``: namespace ``s3://BUCKET``, name ``KEY``.
+- an object store ``s3://BUCKET/KEY``: namespace ``s3://BUCKET``, name ``KEY``;
+- a Kafka topic: namespace ``kafka://HOST:PORT`` (the first bootstrap server), name the topic (a
+  source's pattern where it has one).
 
 A window's late records go to the catalog's ``dead_letters`` table: an output too. A source is the directory its segments are injected into (``$ABS_DATA_DIR/<job>/input[/<source>]``).
 """
@@ -27,6 +29,7 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
 from coordinator.sources import source
 from coordinator.sources.delta_source import DeltaSource
+from coordinator.sources.kafka_source import KafkaSource
 from coordinator.sources.record_formats import TextLines
 from coordinator.types import Schema
 from coordinator.sinks.locations import storage_uri
@@ -45,7 +48,7 @@ def dataset_name(uri: str) -> tuple[str, str]:
     if scheme == "sqlite":
         db, _, table = path.rpartition("/")
         return f"sqlite:{db}", table
-    if scheme in _STORAGE:
+    if scheme in _STORAGE or scheme == "kafka":
         return f"{scheme}://{parts.netloc}", path.lstrip("/")
     # a database (``SinkDeclaration.location``: postgres, mysql, other SQLAlchemy backends)
     return f"{scheme}://{parts.netloc}", ".".join(p for p in path.split("/") if p)
@@ -61,7 +64,16 @@ def _dataset(kind: type, uri: str, fields: Schema) -> Any:
 
 
 def _source_fields(fmt: Any) -> Schema:
-    return (("line", "string"),) if isinstance(fmt, TextLines) else tuple(fmt.fields)
+    records = fmt.records if isinstance(fmt, KafkaSource) else fmt
+    return (("line", "string"),) if isinstance(records, TextLines) else tuple(records.fields)
+
+
+def _source_uris(fmt: Any, input_dir: str) -> list[str]:
+    """Where a source's records are: a Delta table, Kafka topics, or the folder segments land in."""
+    if isinstance(fmt, KafkaSource):
+        server = fmt.servers.split(",")[0].strip()
+        return [f"kafka://{server}/{topic}" for topic in fmt.topics or (fmt.pattern,)]
+    return [storage_uri(fmt.location if isinstance(fmt, DeltaSource) else input_dir)]
 
 
 def lineage(job: JobDefinition, settings: Settings) -> Any:
@@ -71,9 +83,8 @@ def lineage(job: JobDefinition, settings: Settings) -> Any:
 
     root = source.input_dir(settings.data_dir, job.name)  # a local Path, or a Location on S3 or HDFS
     several = len(job.sources) > 1
-    inputs = [_dataset(InputDataset, storage_uri(fmt.location if isinstance(fmt, DeltaSource) else
-                                                 str(root / name if several else root)), _source_fields(fmt))
-              for name, fmt in job.sources]
+    inputs = [_dataset(InputDataset, uri, _source_fields(fmt)) for name, fmt in job.sources
+              for uri in _source_uris(fmt, str(root / name if several else root))]
     outputs = [_dataset(OutputDataset, sink.declaration.location(settings.database_url), sink.columns)
                for sink in job.sinks]
     return OperatorLineage(inputs=inputs, outputs=outputs)

@@ -75,6 +75,7 @@ def finalize_line(job: str, r: FinalizeReport) -> str:
     return (
         f"{job}: committed {ids(r.committed)}; aborted {ids(r.aborted)}; expired {ids(r.expired)}; "
         f"subsumed {ids(r.subsumed)}; deleted {len(r.deleted_dirs)} state dir(s)"
+        + "".join(f"\n  warning: {w}" for w in r.warnings)
     )
 
 

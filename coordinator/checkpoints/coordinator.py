@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from coordinator.checkpoints import state_files, weak
-from coordinator.sources import delta_source, id_store, segment_changes, source
+from coordinator.sources import delta_source, id_store, kafka_source, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog import audit
 from coordinator.catalog.models import DeadLetter, SourceSegment, dead_letter_columns
@@ -37,6 +37,8 @@ class FinalizeReport:
     subsumed: list[int] = field(default_factory=list)
     deleted_dirs: list[str] = field(default_factory=list)
     consecutive_failures: int = 0
+    #: what went wrong without failing the finalize (a Kafka cluster that did not take the group's offsets)
+    warnings: list[str] = field(default_factory=list)
 
 
 class CheckpointCoordinator:
@@ -84,8 +86,8 @@ class CheckpointCoordinator:
         known = {(seg.partition, seg.name) for seg in registered}
         root = source.input_dir(self.data_dir, job)
         listed = {p: source.list_segments(root / p) for p in source.job_partitions(root, self.job.source_names)
-                  if not isinstance(self.job.format_of(p), delta_source.DeltaSource)}
-        found = segment_changes.check_registered(delta_source.file_segments(self.job, registered), root,
+                  if segment_changes.reads_files(self.job.format_of(p))}
+        found = segment_changes.check_registered(segment_changes.file_segments(self.job, registered), root,
                                                  {p: set(n) for p, n in listed.items()})
         for seg, mtime_ns, version in found.touched:
             s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,
@@ -119,7 +121,10 @@ class CheckpointCoordinator:
         segment_changes.check_vanished(s, job, root, found.vanished)
         # a Delta source's new table versions, each a segment (``coordinator.sources.delta_source``)
         versions, version_records = delta_source.register_versions(s, self.job, checkpoint_id, registered, ends)
-        new_segments, new_records = new_segments + versions, new_records + version_records
+        # a Kafka source's offsets since the last cut, a segment per partition (``coordinator.sources.kafka_source``)
+        kafka = kafka_source.register_offsets(s, self.job, checkpoint_id, registered, ends)
+        id_segments += kafka.id_segments
+        new_segments, new_records = new_segments + versions + kafka.segments, new_records + version_records + kafka.records
         if id_segments:
             # in this transaction: a crash before the commit forgets these ids together with the cut
             s.add_all(id_store.dead_letters_for(s, job, self.job.id_store, checkpoint_id, id_segments))
@@ -136,6 +141,10 @@ class CheckpointCoordinator:
             # serialized per job: a concurrent finalize waits here, then sees what this one committed
             self.store.lock_job(s, self.job.name)
             report.committed, report.aborted = sinks.settle(s, self.job)
+        if report.committed and kafka_source.sources_of(self.job):
+            with self.store.sessions() as s:
+                cut = sinks.cut_of(s, self.job.name, max(report.committed))
+            report.warnings += kafka_source.commit_group_offsets(self.job, cut)
         report.subsumed = self.store.subsume_beyond_retention(self.job.name)
         report.deleted_dirs = self.collect_garbage()
         report.consecutive_failures = self.store.consecutive_failures(self.job.name)

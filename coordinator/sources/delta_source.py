@@ -309,12 +309,6 @@ def check_before_run(job: JobDefinition, reads: Iterable[tuple[str, Sequence[Reg
                 check_version(logs[seg.partition], seg, purpose)
 
 
-def file_segments(job: JobDefinition, segments: Sequence[Any]) -> list[Any]:
-    """The segments that are files (not Delta versions): what ``segment_changes`` checks."""
-    delta = partitions_of(job)
-    return [seg for seg in segments if seg.partition not in delta] if delta else list(segments)
-
-
 @dataclass(frozen=True)
 class EpochFile:
     """A file an epoch reads: where Spark finds it, its name, and its first row's offset."""

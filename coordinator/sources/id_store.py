@@ -375,7 +375,7 @@ def dead_letters_for(
         entry[2].append((r, r.arrival.offset - firsts[k]))
     letters = []
     for seg, _, items in by_segment.values():
-        payloads = source.read_payloads(seg.path, {i for _, i in items})
+        payloads = seg.previews if seg.previews is not None else source.read_payloads(seg.path, {i for _, i in items})
         letters.extend(
             DeadLetter(job=job, checkpoint_id=checkpoint_id, partition=seg.partition, segment=seg.name,
                        offset=r.arrival.offset, **dead_letter_columns(r.reason, payloads[i]))

@@ -74,7 +74,7 @@ class IdRecord:
 class ScannedSegment:
     partition: str
     name: str
-    path: Path | Location
+    path: Path | Location | None
     records: int
     bytes: int
     #: sha256 of the content read (``coordinator.sources.segment_reader``) and the file's mtime when opened
@@ -85,6 +85,9 @@ class ScannedSegment:
     id_records: list[IdRecord] = field(default_factory=list)
     #: the content tag of the bytes read (``segment_reader.content_tag``)
     content_tag: str | None = None
+    #: the id records' first bytes by offset in the segment, where the records cannot be read again by
+    #: ``path`` (a Kafka partition's: ``coordinator.sources.kafka_source``); None: read them from the file
+    previews: dict[int, bytes] | None = None
 
 
 class BadIdRecordError(ValueError):

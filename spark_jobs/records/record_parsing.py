@@ -19,13 +19,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from coordinator.sources.event_time import SESSION_TIME_ZONE
+from coordinator.sources.kafka_source import KafkaSource
 from coordinator.sources.record_formats import Csv, JsonLines, ParquetFiles, RecordFormat
 from spark_jobs.records.spark_types import spark_schema
 
 POSITION = (StructField("_partition", StringType(), False), StructField("_seq", LongType(), False))
 
 
-def record_schema(fmt: RecordFormat, positions: bool) -> StructType:
+def record_schema(fmt: RecordFormat | KafkaSource, positions: bool) -> StructType:
+    if isinstance(fmt, KafkaSource):  # a record is its value, of the declared records' format
+        fmt = fmt.records
     if isinstance(fmt, JsonLines | Csv | ParquetFiles):
         fields = list(spark_schema(fmt.fields, nullable=True).fields)
     else:
@@ -33,8 +36,10 @@ def record_schema(fmt: RecordFormat, positions: bool) -> StructType:
     return StructType(fields + (list(POSITION) if positions else []))
 
 
-def parse(fmt: RecordFormat, lines: DataFrame) -> DataFrame:
+def parse(fmt: RecordFormat | KafkaSource, lines: DataFrame) -> DataFrame:
     """Records from ``lines`` (``line``, and ``partition`` / ``seq`` when read with positions)."""
+    if isinstance(fmt, KafkaSource):
+        fmt = fmt.records
     positions = [F.col("partition").alias("_partition"), F.col("seq").alias("_seq")] \
         if "seq" in lines.columns else []
     if isinstance(fmt, ParquetFiles):  # read as columns already (``epoch_source.read_parquet_epoch``)

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from coordinator.checkpoints import run_plan, weak
 from coordinator.dataflow import ttl as ttl_rules
 from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
-from coordinator.sources import delta_source, segment_changes, source
+from coordinator.sources import delta_source, kafka_source, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
@@ -34,7 +34,8 @@ from spark_jobs.operators import ttl
 from spark_jobs.operators.dataflow import dataflow_of
 from spark_jobs.operators.keyed_operators import materialized
 from spark_jobs.records.delta_epochs import read_delta_epoch
-from spark_jobs.records.epoch_source import epoch_of_file, read_epoch, read_lines, read_parquet_epoch
+from spark_jobs.records.kafka_epochs import read_kafka_epoch
+from spark_jobs.records.epoch_source import RECORD_SCHEMA, epoch_of_file, read_epoch, read_lines, read_parquet_epoch
 from spark_jobs.run.progress import Steps
 from spark_jobs.records.record_parsing import parse, record_schema
 from spark_jobs.run.restore import Restored, StateRestorer
@@ -168,9 +169,10 @@ class EpochRunner:
         """``reads``: (what reads them, the segments): segment files (``segment_changes``) and Delta versions
         (``delta_source``) are each as registered, or SourceError names the first that is not."""
         segment_changes.check_before_run(self.job, self.input_dir,
-                                         [(why, delta_source.file_segments(self.job, segments))
+                                         [(why, segment_changes.file_segments(self.job, segments))
                                           for why, segments in reads])
         delta_source.check_before_run(self.job, reads)
+        kafka_source.check_before_run(self.job, reads)
 
     @property
     def input_dir(self) -> Path:
@@ -220,6 +222,12 @@ class EpochRunner:
         records = {}
         for name, fmt in self.job.sources:
             segments, dead = self._of_source(name, plan.segments), self._of_source(name, plan.dead_offsets)
+            if isinstance(fmt, kafka_source.KafkaSource):
+                lines = read_kafka_epoch(self.spark, fmt, segments, dead)
+                if lines is None:
+                    lines = self.spark.createDataFrame([], RECORD_SCHEMA)
+                records[name] = parse(fmt, lines)
+                continue
             if isinstance(fmt, ParquetFiles):
                 lines = read_delta_epoch(self.spark, fmt, segments, dead) if isinstance(fmt, DeltaSource) else \
                     read_parquet_epoch(self.spark, self.input_dir, segments, [c for c, _ in fmt.fields], dead)
@@ -238,7 +246,8 @@ class EpochRunner:
         and the files scanned (``epoch_source.epoch_of_file``); None unless every source is read as plain
         lines (no sequence numbers, no dead letters, no line checks)."""
         if self.flow.needs_sequence_numbers or any(plan.dead_offsets for plan in group) or any(
-                isinstance(fmt, ParquetFiles) or fmt.checks_each_line for _, fmt in self.job.sources):
+                isinstance(fmt, ParquetFiles | kafka_source.KafkaSource) or fmt.checks_each_line
+                for _, fmt in self.job.sources):
             return None
         tagging = epoch_of_file(self.input_dir, [(plan.checkpoint_id, plan.segments) for plan in group])
         if tagging is None:
@@ -295,7 +304,9 @@ class EpochRunner:
         self.flow.expiry.start(ttl_rules.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
             self.flow.spec.nodes) else [], self.max_parallelism)
         partitions = source.job_partitions(self.input_dir, self.job.source_names) + list(
-            delta_source.partitions_of(self.job))
+            delta_source.partitions_of(self.job)) + sorted({
+                seg.partition for plan in plans for seg in plan.segments
+                if kafka_source.is_kafka_partition(self.job, seg.partition)})
         writer = (WeakSnapshotWriter if self.mode is SnapshotMode.WEAK else SnapshotWriter)(
             spark=self.spark,
             store=self.store,

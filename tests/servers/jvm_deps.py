@@ -9,7 +9,7 @@ CLASSPATHS = ROOT / ".jvm"
 
 
 def classpath(profile: str) -> str:
-    """The class path of one profile of jvm/pom.xml (``spark``, ``s3proxy``, ``minicluster``)."""
+    """The class path of one profile of jvm/pom.xml (``spark``, ``s3proxy``, ``minicluster``, ``kafka``)."""
     path = CLASSPATHS / f"{profile}.classpath"
     if not path.exists():
         raise RuntimeError(f"{path} is missing: `make jvm-deps` fetches the JVM dependencies from Maven Central")
