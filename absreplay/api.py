@@ -49,7 +49,7 @@ from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.ttl import check_ttl_epochs, check_ttl_ms
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.keywords import checked_keywords
-from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SinkDeclaration, SqlTable
+from coordinator.sinks.declarations import DeltaTable, KafkaTopic, ParquetDirectory, SinkDeclaration, SqlTable
 from coordinator.sources.delta_source import DeltaSource
 from coordinator.sources.kafka_source import KafkaSource
 from coordinator.sources.record_formats import Csv, JsonLines, LineCheck, ParquetFiles, RecordFormat, TextLines
@@ -57,7 +57,7 @@ from coordinator.types import Schema, ddl
 
 __all__ = [
     "Aggregate", "CheckpointPolicy", "Csv", "DeltaSource", "DeltaTable", "DemoData", "IdStorePolicy", "Job",
-    "KafkaSource",
+    "KafkaSource", "KafkaTopic",
     "JsonLines", "KeyedStream", "LineCheck", "Loop", "ParquetDirectory", "Session", "Sliding", "SqlTable", "Stream",
     "TextLines", "Tumbling",
     "combine", "count", "delta_source", "json_lines", "kafka", "csv", "max", "mean", "min", "parquet", "sum",

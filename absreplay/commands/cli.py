@@ -233,6 +233,14 @@ def rewind(
 ) -> None:
     """Reprocess every epoch after a checkpoint (e.g. after a bug fix): later checkpoints are
     superseded and the sink's later output is replaced, not duplicated."""
+    from coordinator.sinks.declarations import KafkaTopic
+    from coordinator.sinks.kafka_topic import APPEND_REWIND
+
+    for sink in job_context(job).job.sinks:
+        if isinstance(sink.declaration, KafkaTopic):
+            out.print(f"note: sink {sink.name} is a Kafka topic, which a rewind cannot take records back from: "
+                      + ("it gets the checkpoint's rows again and tombstones for the keys it should no longer hold"
+                         if sink.key else APPEND_REWIND))
     _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode), parallelism, airflow_run_id)
 
 

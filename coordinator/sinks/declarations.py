@@ -77,4 +77,40 @@ class DeltaTable:
         return storage_uri(expand(self.uri))
 
 
-SinkDeclaration = SqlTable | ParquetDirectory | DeltaTable
+@checked_keywords()
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A Kafka topic: each checkpoint's output published in one Kafka transaction with its commit record
+    (a marker in ``commits_topic``), exactly once for a read_committed consumer
+    (``coordinator.sinks.kafka_topic``). ``bootstrap_servers`` and ``options`` (client settings) may name
+    ``${VAR}``; the options are never shown."""
+
+    topic: str
+    bootstrap_servers: str
+    options: dict[str, str] = field(default_factory=dict, repr=False)
+    commits_topic: str = "absreplay-commits"
+
+    def __post_init__(self) -> None:
+        import re
+
+        for what, name in (("topic", self.topic), ("commits_topic", self.commits_topic)):
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", name or ""):
+                raise ValueError(f"Kafka sink: {what} {name!r} is not a topic name (letters, digits, '.', '_', '-')")
+        if not self.bootstrap_servers:
+            raise ValueError("a Kafka sink needs bootstrap_servers ('host:port,...'; it may name ${VAR})")
+        if own := [k for k in self.options if k.startswith("transactional.") or k in ("bootstrap.servers",)]:
+            raise ValueError(f"Kafka sink: options {', '.join(own)} are the sink's own (its transactional id is "
+                             f"absreplay-<job>-<sink>)")
+
+    def target(self, schema: pa.Schema, key: tuple[str, ...] | None, catalog_url: str) -> SinkTarget:
+        from coordinator.sinks.kafka_topic import KafkaTopic as Target
+
+        return Target(self.topic, self.bootstrap_servers, tuple(sorted(self.options.items())), schema, key,
+                      self.commits_topic)
+
+    def location(self, catalog_url: str) -> str:  # catalog_url: one signature for every declaration
+        """``kafka://HOST:PORT/TOPIC`` (the first bootstrap server), as OpenLineage names a topic."""
+        return f"kafka://{expand(self.bootstrap_servers, 'Kafka bootstrap_servers').split(',')[0].strip()}/{self.topic}"
+
+
+SinkDeclaration = SqlTable | ParquetDirectory | DeltaTable | KafkaTopic

@@ -22,20 +22,18 @@ retained offset is past them is an error naming the topic, the partitions and th
 skipped. A segment's checksum is its topic's id, so a topic deleted and made again under the same name
 (its offsets start over with other records) is refused too.
 
-The client settings (``options``, e.g. ``security.protocol``, ``sasl.*``, ``ssl.*``; values may name
-``${VAR}``) reach the coordinator's client (confluent-kafka, librdkafka's property names) and Spark's
-(``kafka.``-prefixed Java client properties; ``sasl.username``/``sasl.password`` become a JAAS line there);
-they are never stored in the catalog nor shown in a log.
+The client settings (``options``, e.g. ``security.protocol``, ``sasl.*``, ``ssl.*``) reach the coordinator's
+client and Spark's (``coordinator.kafka_cluster``); they are never stored in the catalog nor shown in a log.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from coordinator import kafka_cluster
 from coordinator.errors import SourceError
 from coordinator.keywords import checked_keywords
 from coordinator.sinks.locations import expand
@@ -48,8 +46,6 @@ if TYPE_CHECKING:
     from coordinator.dataflow.jobs import JobDefinition
     from coordinator.sources.segment_changes import Registered
 
-#: how long a request to the brokers may take before inject or a run gives up, naming them
-TIMEOUT_S = 30.0
 #: the client settings that are the source's own (the bootstrap servers, where offsets are committed)
 OWN_OPTIONS = ("bootstrap.servers", "group.id", "isolation.level", "enable.auto.commit")
 RETENTION = ("raise the topic's retention.ms / retention.bytes so that records stay until their epoch "
@@ -126,23 +122,24 @@ class KafkaSource:
         return self.group_id or f"absreplay-{job}"
 
     def client_config(self) -> dict[str, str]:
-        """The coordinator's client settings (librdkafka's names), ``${VAR}`` read now."""
-        return {"bootstrap.servers": self.servers,
-                **{k: expand(v, f"Kafka option {k}") for k, v in self.options}}
+        """The coordinator's client settings (``coordinator.kafka_cluster``), ``${VAR}`` read now."""
+        return kafka_cluster.client_config(self.bootstrap_servers, self.options)
 
     def spark_options(self) -> dict[str, str]:
-        """The same settings as Spark's Kafka reader takes them (``kafka.`` and Java client names)."""
-        conf = {k: expand(v, f"Kafka option {k}") for k, v in self.options}
-        user, password = conf.pop("sasl.username", None), conf.pop("sasl.password", None)
-        if user is not None:
-            module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
-                      if conf.get("sasl.mechanism", "").startswith("SCRAM") else
-                      "org.apache.kafka.common.security.plain.PlainLoginModule")
-            conf.setdefault("sasl.jaas.config", f'{module} required username="{user}" password="{password}";')
-        if "ssl.ca.location" in conf:  # a PEM file: the Java client reads it as a PEM trust store
-            conf.setdefault("ssl.truststore.location", conf.pop("ssl.ca.location"))
-            conf.setdefault("ssl.truststore.type", "PEM")
-        return {"kafka.bootstrap.servers": self.servers, **{f"kafka.{k}": v for k, v in conf.items()}}
+        """The same settings as Spark's Kafka reader takes them."""
+        return kafka_cluster.spark_options(self.bootstrap_servers, self.options)
+
+    def cluster(self) -> kafka_cluster.Cluster:
+        return kafka_cluster.Cluster(self.client_config(), f"Kafka source at {self.servers}", SourceError)
+
+    def topics_now(self, cluster: kafka_cluster.Cluster) -> dict[str, tuple[str, int]]:
+        """Every topic of the source now: name -> (topic id, partitions). SourceError for a named topic
+        that does not exist."""
+        if self.pattern is not None:
+            return cluster.describe(cluster.matching(self.pattern))
+        if missing := [t for t in self.topics if t not in cluster.topic_names()]:
+            raise SourceError(f"Kafka source at {self.servers}: topic(s) {', '.join(missing)} do not exist")
+        return cluster.describe(self.topics)
 
 
 def partition_name(topic: str, partition: int) -> str:
@@ -173,73 +170,6 @@ def segment_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def _kafka_error(fmt: KafkaSource, exc: BaseException, doing: str) -> SourceError:
-    text = str(exc.args[0] if getattr(exc, "args", None) else exc)
-    return SourceError(f"Kafka source at {fmt.servers}: {doing} failed: {text.splitlines()[0] if text else exc!r}")
-
-
-class Brokers:
-    """One Kafka source's cluster, through confluent-kafka's admin client."""
-
-    def __init__(self, fmt: KafkaSource) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        self.fmt = fmt
-        self.admin = AdminClient({**fmt.client_config(), "socket.timeout.ms": str(int(TIMEOUT_S * 1000))})
-
-    def _result(self, future: Any, doing: str) -> Any:
-        try:
-            return future.result(timeout=TIMEOUT_S)
-        except Exception as exc:  # KafkaException, a timeout: one line naming the cluster
-            raise _kafka_error(self.fmt, exc, doing) from None
-
-    def topics(self) -> dict[str, tuple[str, int]]:
-        """Every topic of the source now: name -> (topic id, partitions). SourceError for a named topic
-        that does not exist."""
-        from confluent_kafka import TopicCollection
-
-        try:
-            listed = self.admin.list_topics(timeout=TIMEOUT_S).topics
-        except Exception as exc:
-            raise _kafka_error(self.fmt, exc, "listing topics") from None
-        if self.fmt.pattern is not None:
-            names = sorted(t for t in listed if re.fullmatch(self.fmt.pattern, t) and not t.startswith("__"))
-        else:
-            if missing := [t for t in self.fmt.topics if t not in listed]:
-                raise SourceError(f"Kafka source at {self.fmt.servers}: topic(s) {', '.join(missing)} do not exist")
-            names = list(self.fmt.topics)
-        if not names:
-            return {}
-        described = self.admin.describe_topics(TopicCollection(names), request_timeout=TIMEOUT_S)
-        out = {}
-        for name, future in described.items():
-            d = self._result(future, f"describing topic {name}")
-            out[name] = (str(d.topic_id), len(d.partitions))
-        return out
-
-    def offsets(self, partitions: Iterable[tuple[str, int]], spec: str) -> dict[tuple[str, int], int]:
-        """Each partition's ``earliest`` offset (the first retained) or ``latest`` stable one (read_committed)."""
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        wanted = {TopicPartition(t, p): getattr(OffsetSpec, spec)() for t, p in partitions}
-        if not wanted:
-            return {}
-        futures = self.admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
-                                          request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): self._result(f, f"reading the {spec} offsets of {tp.topic}").offset
-                for tp, f in futures.items()}
-
-    def commit_group(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
-        """The consumer group ``group``'s offsets set to ``offsets`` (for the lag tools)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
-        futures = self.admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)
-        for future in futures.values():
-            self._result(future, f"committing the offsets of consumer group {group}")
-
-
 def lost(fmt: KafkaSource, what: str, gone: Mapping[tuple[str, int], tuple[int, int]]) -> SourceError:
     """The error for offsets ``gone`` ((topic, partition) -> (first needed, first retained))."""
     topics: dict[str, list[str]] = {}
@@ -263,47 +193,16 @@ class ScannedRecords:
     previews: dict[int, bytes] = field(default_factory=dict)
 
 
-def scan(fmt: KafkaSource, job: str, ranges: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], ScannedRecords]:
+def scan(fmt: KafkaSource, cluster: kafka_cluster.Cluster, job: str,
+         ranges: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], ScannedRecords]:
     """Consume every partition's ``ranges`` (first, end) once, read_committed, checking each record as a
     line of a segment file is (``coordinator.sources.source``)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
     from coordinator.sources.source import BadRecord, IdRecord, _field_id_record
 
     out = {tp: ScannedRecords() for tp in ranges}
-    todo = {tp: rng for tp, rng in ranges.items() if rng[1] > rng[0]}
-    if not todo:
-        return out
-    consumer = Consumer({**fmt.client_config(), "group.id": f"absreplay-inject-{job}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True,
-                         "auto.offset.reset": "error"})
-    try:
-        consumer.assign([TopicPartition(t, p, first) for (t, p), (first, _) in todo.items()])
-        deadline = time.monotonic() + TIMEOUT_S
-        while todo:
-            batch = consumer.consume(num_messages=10_000, timeout=0.5)
-            if batch:
-                deadline = time.monotonic() + TIMEOUT_S
-            for msg in batch:
-                tp = (msg.topic(), msg.partition())
-                if msg.error() is not None:
-                    if msg.error().code() != KafkaError._PARTITION_EOF:
-                        raise SourceError(f"Kafka source at {fmt.servers}: reading {tp[0]} partition {tp[1]} "
-                                          f"failed: {msg.error().str()}")
-                    continue
-                if tp not in todo or msg.offset() >= todo[tp][1]:
-                    continue
-                _check(fmt, msg.offset(), msg.value(), out[tp], BadRecord, IdRecord, _field_id_record)
-            for tp in list(todo):
-                position = consumer.position([TopicPartition(*tp)])[0].offset
-                if position >= todo[tp][1]:
-                    del todo[tp]
-            if todo and time.monotonic() > deadline:
-                waiting = ", ".join(f"{t} partition {p}" for t, p in todo)
-                raise SourceError(f"Kafka source at {fmt.servers}: no record of {waiting} arrived for "
-                                  f"{TIMEOUT_S:.0f}s, before the end offset the broker gave")
-    finally:
-        consumer.close()
+    for msg in cluster.read(ranges, f"absreplay-inject-{job}"):
+        _check(fmt, msg.offset(), msg.value(), out[(msg.topic(), msg.partition())], BadRecord, IdRecord,
+               _field_id_record)
     return out
 
 
@@ -354,8 +253,8 @@ def register_offsets(s: Session, job: JobDefinition, checkpoint_id: int, registe
     result = Registration()
     rows: list[Any] = []
     for name, fmt in sources_of(job).items():
-        brokers = Brokers(fmt)
-        topics = brokers.topics()
+        cluster = fmt.cluster()
+        topics = fmt.topics_now(cluster)
         mine = {seg.partition: seg for seg in registered if is_kafka_partition(job, seg.partition)
                 and job.source_of(seg.partition) == name}
         ids = {topic_partition(p)[0]: seg.checksum for p, seg in mine.items()}
@@ -365,8 +264,8 @@ def register_offsets(s: Session, job: JobDefinition, checkpoint_id: int, registe
                                   f"{topics[topic][0]}, was {topic_id}): it was deleted and made again, so its offsets "
                                   f"name other records; a new job reads the new topic")
         partitions = [(t, p) for t, (_, n) in topics.items() for p in range(n)]
-        earliest = brokers.offsets(partitions, "earliest")
-        latest = brokers.offsets(partitions, "latest")
+        earliest = cluster.offsets(partitions, "earliest")
+        latest = cluster.offsets(partitions, "latest")
         ranges, gone = {}, {}
         for t, p in partitions:
             key = job_partition(job, name, t, p)
@@ -379,7 +278,7 @@ def register_offsets(s: Session, job: JobDefinition, checkpoint_id: int, registe
             ranges[(t, p)] = (first, latest[(t, p)])
         if gone:
             raise lost(fmt, f"barrier {checkpoint_id} would register (after the last cut)", gone)
-        scanned = scan(fmt, job.name, ranges) if fmt.checks_each_line or fmt.id_field else {}
+        scanned = scan(fmt, cluster, job.name, ranges) if fmt.checks_each_line or fmt.id_field else {}
         for (t, p), (first, end) in ranges.items():
             if end == first:
                 continue
@@ -416,13 +315,13 @@ def check_before_run(job: JobDefinition, reads: Iterable[tuple[str, Sequence[Reg
                 needed[job.source_of(seg.partition)][tp] = (seg.first_offset, seg.checksum, purpose)
     for name, wanted in needed.items():
         fmt = sources_of(job)[name]
-        brokers = Brokers(fmt)
-        topics = brokers.topics()
+        cluster = fmt.cluster()
+        topics = fmt.topics_now(cluster)
         for (t, _), (_, topic_id, purpose) in wanted.items():
             if t not in topics or topics[t][0] != topic_id:
                 raise SourceError(f"Kafka topic {t} at {fmt.servers}, read {purpose}, is gone or is another topic "
                                   f"of the same name (deleted and made again): its records cannot be read again")
-        earliest = brokers.offsets(wanted, "earliest")
+        earliest = cluster.offsets(wanted, "earliest")
         gone = {tp: (first, earliest[tp]) for tp, (first, _, _) in wanted.items() if earliest[tp] > first}
         if gone:
             purposes = sorted({wanted[tp][2] for tp in gone})
@@ -440,7 +339,7 @@ def commit_group_offsets(job: JobDefinition, cut: Mapping[str, int]) -> list[str
         if not offsets:
             continue
         try:
-            Brokers(fmt).commit_group(fmt.group(job.name), offsets)
+            fmt.cluster().commit_group(fmt.group(job.name), offsets)
         except SourceError as exc:
             warnings.append(str(exc))
     return warnings
