@@ -195,6 +195,10 @@ class Topic:
         self.records += PARTITIONS * self.per_partition
         return time.perf_counter() - t0
 
+    def close(self) -> None:
+        """The producer gone while the broker is up (else it logs its reconnects once the broker stops)."""
+        self.producer = None
+
 
 def profiled(spark, engine, run):
     """``run()``'s result, with where its time went (``RunProfile.breakdown``) under ``profile``."""
@@ -226,6 +230,7 @@ def warm_up(spark, broker, base: Path, records_per_epoch: int, vocab: int) -> No
         ss.run(spark)
     assert ours.counts() == ss.counts() == dict(topic.reference), "warm-up: the two sides' counts differ"
     ours.engine.dispose()
+    topic.close()
 
 
 def summary_of(runs: list[dict], key: str) -> dict:
@@ -350,6 +355,7 @@ def main() -> None:
                         profiled(spark, ours.engine, lambda: ss.run(spark))
                 for sc in pending:
                     sc.inject()
+            topic.close()
             results["records"] = topic.records
             results["produce_s"] = produce_s
             results["per_epoch"] = {
