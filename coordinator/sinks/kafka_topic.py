@@ -154,16 +154,16 @@ class KafkaTopic:
         return True
 
     def revert(self, job: str, sink: str, checkpoint_id: int, rows: pa.Table, later: Collection[int]) -> int:
-        producer = self._producer(job, sink, "kafka_sink.revert", checkpoint_id)
+        producer = self._producer(job, sink, "kafka_sink", checkpoint_id)
         if self.key is None:  # APPEND_REWIND: only the marker goes back
-            self._publish(producer, job, sink, checkpoint_id, (), "kafka_sink.revert")
+            self._publish(producer, job, sink, checkpoint_id, (), "kafka_sink")
             return 0
         kept = {encode(r, self.key) for r in rows.to_pylist()}
         stale = {m.key() for m in self._read_all(self.topic, f"absreplay-revert-{job}")
                  if m.key() is not None and m.value() is not None} - kept
         tombstones = ((key, None) for key in sorted(stale))
         records = list(self._records(rows)) + list(tombstones)
-        return self._publish(producer, job, sink, checkpoint_id, records, "kafka_sink.revert")
+        return self._publish(producer, job, sink, checkpoint_id, records, "kafka_sink")
 
     def read(self) -> pa.Table:
         """What a read_committed consumer reads: a keyed sink's latest record a key (tombstoned keys left
