@@ -314,13 +314,7 @@ def print_tables(results: dict, title: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--records-per-epoch", type=int, default=200_000)
-    ap.add_argument("--vocab", type=int, default=50_000)
-    ap.add_argument("--repeat", type=int, default=2, help="catch-up repetitions per side (median)")
-    args = options.parse(ap, "kafka")
-    if args.quick:
-        args.epochs, args.records_per_epoch, args.vocab, args.repeat = 3, 2_000, 500, 1
+    args = options.parse_epochs(ap, "kafka", 5, "records", 200_000, "catch-up repetitions per side")
 
     from spark_jobs.session import build_session
     from tests.servers.kafka import kafka_broker

@@ -228,13 +228,7 @@ def print_tables(results: dict, title: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--lines-per-epoch", type=int, default=100_000)
-    ap.add_argument("--vocab", type=int, default=50_000)
-    ap.add_argument("--repeat", type=int, default=2, help="catch-up repetitions per mode (median)")
-    args = options.parse(ap, "wordcount")
-    if args.quick:
-        args.epochs, args.lines_per_epoch, args.vocab, args.repeat = 3, 2_000, 500, 1
+    args = options.parse_epochs(ap, "wordcount", 10, "lines", 100_000, "catch-up repetitions per mode")
 
     from spark_jobs.session import build_session
 

@@ -23,6 +23,21 @@ def parse(ap: argparse.ArgumentParser, name: str) -> argparse.Namespace:
     return args
 
 
+def parse_epochs(ap: argparse.ArgumentParser, name: str, epochs: int, unit: str, per_epoch: int,
+                 repeat: str) -> argparse.Namespace:
+    """``parse`` with the sizes of an epoch-by-epoch benchmark: ``--epochs``, ``--<unit>-per-epoch``,
+    ``--vocab`` and ``--repeat`` (``repeat``: what is repeated), all tiny with --quick."""
+    ap.add_argument("--epochs", type=int, default=epochs)
+    ap.add_argument(f"--{unit}-per-epoch", type=int, default=per_epoch)
+    ap.add_argument("--vocab", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=2, help=f"{repeat} (median)")
+    args = parse(ap, name)
+    if args.quick:
+        args.epochs, args.vocab, args.repeat = 3, 500, 1
+        setattr(args, f"{unit}_per_epoch", 2_000)
+    return args
+
+
 def write(path: Path, results: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2))

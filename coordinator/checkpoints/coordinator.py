@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from coordinator.checkpoints import state_files, weak
-from coordinator.sources import delta_source, id_store, kafka_source, segment_changes, source
+from coordinator.sources import delta_source, id_store, kafka_source, kinds, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog import audit
 from coordinator.catalog.models import DeadLetter, SourceSegment, dead_letter_columns
@@ -86,8 +86,8 @@ class CheckpointCoordinator:
         known = {(seg.partition, seg.name) for seg in registered}
         root = source.input_dir(self.data_dir, job)
         listed = {p: source.list_segments(root / p) for p in source.job_partitions(root, self.job.source_names)
-                  if segment_changes.reads_files(self.job.format_of(p))}
-        found = segment_changes.check_registered(segment_changes.file_segments(self.job, registered), root,
+                  if kinds.reads_files(self.job.format_of(p))}
+        found = segment_changes.check_registered(kinds.file_segments(self.job, registered), root,
                                                  {p: set(n) for p, n in listed.items()})
         for seg, mtime_ns, version in found.touched:
             s.execute(update(SourceSegment).where(SourceSegment.job == job, SourceSegment.partition == seg.partition,

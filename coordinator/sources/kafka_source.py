@@ -39,6 +39,7 @@ from coordinator.keywords import checked_keywords
 from coordinator.sinks.locations import expand
 from coordinator.sources.record_formats import Csv, JsonLines, TextLines
 from coordinator.sources.segment_reader import preview
+from coordinator.sources.source import IdRecord, ScannedSegment, field_id_record
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -197,34 +198,31 @@ def scan(fmt: KafkaSource, cluster: kafka_cluster.Cluster, job: str,
          ranges: Mapping[tuple[str, int], tuple[int, int]]) -> dict[tuple[str, int], ScannedRecords]:
     """Consume every partition's ``ranges`` (first, end) once, read_committed, checking each record as a
     line of a segment file is (``coordinator.sources.source``)."""
-    from coordinator.sources.source import BadRecord, IdRecord, _field_id_record
-
     out = {tp: ScannedRecords() for tp in ranges}
     for msg in cluster.read(ranges, f"absreplay-inject-{job}"):
-        _check(fmt, msg.offset(), msg.value(), out[(msg.topic(), msg.partition())], BadRecord, IdRecord,
-               _field_id_record)
+        _check(fmt, msg.offset(), msg.value(), out[(msg.topic(), msg.partition())])
     return out
 
 
-def _check(fmt: KafkaSource, offset: int, value: bytes | None, found: ScannedRecords, bad_record, id_record,
-           field_id_record) -> None:
+def _check(fmt: KafkaSource, offset: int, value: bytes | None, found: ScannedRecords) -> None:
+    """One record's value: a dead letter, an id record, or a plain record."""
     if value is None:
         found.bad.append((offset, "a record without a value (a tombstone)", b""))
         return
     found.bytes += len(value)
     try:
-        value.decode("utf-8")
+        text = value.decode("utf-8")
     except UnicodeDecodeError as exc:
         found.bad.append((offset, f"not valid UTF-8 at byte {exc.start} of the value", preview(value)))
         return
-    if "\n" in value.decode("utf-8") and not isinstance(fmt.records, JsonLines):
+    if "\n" in text and not isinstance(fmt.records, JsonLines):
         found.bad.append((offset, "a value of several lines: a record is one line", preview(value)))
         return
     if problem := fmt.problem(value):
         found.bad.append((offset, problem, preview(value)))
     elif fmt.id_field:
         rec = field_id_record(0, value, fmt.records)
-        if isinstance(rec, id_record):
+        if isinstance(rec, IdRecord):
             found.ids.append((offset, rec.record_id, rec.ts))
             found.previews[offset] = preview(value)
         else:
@@ -238,7 +236,7 @@ class Registration:
     segments: int = 0
     records: int = 0
     #: segments with id records, each with its first offset, for the id store (``id_store.dead_letters_for``)
-    id_segments: list[Any] = field(default_factory=list)
+    id_segments: list[tuple[ScannedSegment, int]] = field(default_factory=list)
 
 
 def register_offsets(s: Session, job: JobDefinition, checkpoint_id: int, registered: Sequence[Registered],
@@ -248,7 +246,6 @@ def register_offsets(s: Session, job: JobDefinition, checkpoint_id: int, registe
     ``ends`` moves there. SourceError, before anything is added, for offsets after the previous cut that
     retention deleted, or a topic that is not the one registered."""
     from coordinator.catalog.models import DeadLetter, SourceSegment, dead_letter_columns
-    from coordinator.sources.source import IdRecord, ScannedSegment
 
     result = Registration()
     rows: list[Any] = []

@@ -74,20 +74,6 @@ REGISTERED_COLUMNS = (SourceSegment.partition, SourceSegment.name, SourceSegment
                       SourceSegment.bytes, SourceSegment.checksum, SourceSegment.mtime_ns, SourceSegment.content_tag)
 
 
-def reads_files(fmt: object) -> bool:
-    """Whether a source of format ``fmt`` is segment files (not a Delta table's versions, not Kafka's
-    offsets, whose own modules check them)."""
-    from coordinator.sources.delta_source import DeltaSource
-    from coordinator.sources.kafka_source import KafkaSource
-
-    return not isinstance(fmt, DeltaSource | KafkaSource)
-
-
-def file_segments(job: JobDefinition, segments: Sequence[Registered]) -> list[Registered]:
-    """The segments that are files: what this module checks."""
-    return [seg for seg in segments if reads_files(job.format_of(seg.partition))]
-
-
 class Change(StrEnum):
     UNCHANGED = "unchanged"
     #: a new mtime, the same content: nothing to report

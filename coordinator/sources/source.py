@@ -234,7 +234,7 @@ def _id_record(i: int, line: bytes, lines: TextLines) -> IdRecord | BadRecord:
     return IdRecord(i, rid, ts)
 
 
-def _field_id_record(i: int, line: bytes, fmt: JsonLines) -> IdRecord | BadRecord:
+def field_id_record(i: int, line: bytes, fmt: JsonLines) -> IdRecord | BadRecord:
     """A JSON line (already checked against its fields) as an id record: its id field, and its event
     time (ms, or a timestamp read as Spark reads it) in seconds, the id store's unit."""
     obj = json.loads(line)
@@ -294,7 +294,7 @@ def scan_segment(
             elif problem := _text_problem(line, lines):
                 bad.append(BadRecord(i, problem, preview(line)))
             elif getattr(lines, "id_field", None):
-                found = _field_id_record(i, line, lines)
+                found = field_id_record(i, line, lines)
                 if isinstance(found, IdRecord):
                     ids.append(found)
                 else:

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from coordinator.checkpoints import run_plan, weak
 from coordinator.dataflow import ttl as ttl_rules
 from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
-from coordinator.sources import delta_source, kafka_source, segment_changes, source
+from coordinator.sources import delta_source, kafka_source, kinds, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
@@ -169,7 +169,7 @@ class EpochRunner:
         """``reads``: (what reads them, the segments): segment files (``segment_changes``) and Delta versions
         (``delta_source``) are each as registered, or SourceError names the first that is not."""
         segment_changes.check_before_run(self.job, self.input_dir,
-                                         [(why, segment_changes.file_segments(self.job, segments))
+                                         [(why, kinds.file_segments(self.job, segments))
                                           for why, segments in reads])
         delta_source.check_before_run(self.job, reads)
         kafka_source.check_before_run(self.job, reads)
