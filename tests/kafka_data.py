@@ -13,14 +13,36 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from tests.helpers import JOBS_DIR
+from tests.servers.jvm_deps import classpath
+from tests.servers.kafka import KafkaBroker, kafka_broker
 from tests.window_reference import tumbling
 
 TOPICS = ("clicks-a", "clicks-b")
 PARTITIONS = 3
 USERS = 12
 START_MS = 1_700_000_000_000
+
+
+@contextmanager
+def click_topics(folder: Path, monkeypatch) -> Iterator[KafkaBroker]:
+    """A broker with the two click topics for tests/jobs/kafka_clicks.py (``KAFKA_BOOTSTRAP``, ``ABS_JOBS_DIR``),
+    and Spark's Kafka connector on ``spark.jars`` of a ``SPARK_CONF_DIR``, as a cluster's administrator gives it."""
+    with kafka_broker(folder / "kafka") as broker:
+        monkeypatch.setenv("KAFKA_BOOTSTRAP", broker.bootstrap)
+        monkeypatch.setenv("ABS_JOBS_DIR", str(JOBS_DIR))
+        conf = folder / "spark-conf"
+        conf.mkdir()
+        (conf / "spark-defaults.conf").write_text(f"spark.jars {classpath('spark').replace(':', ',')}\n")
+        monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+        for topic in TOPICS:
+            broker.create_topic(topic, partitions=PARTITIONS)
+        yield broker
 
 
 @dataclass
@@ -98,6 +120,14 @@ class ClickProducer:
     @property
     def aborted_ids(self) -> set[str]:
         return {s.click["id"] for s in self.sent if not s.committed}
+
+
+def group_offsets(broker: KafkaBroker, group: str) -> dict[str, int]:
+    """The consumer group's committed offsets, by partition name."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    found = broker.admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    return {partition_name(tp.topic, tp.partition): tp.offset for tp in found[group].result().topic_partitions}
 
 
 def partition_name(topic: str, partition: int) -> str:

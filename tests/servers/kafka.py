@@ -143,8 +143,12 @@ def kafka_broker(base: Path) -> Iterator[KafkaBroker]:
     # the client compiler alone and the serial collector, as the tests' other JVMs: the broker is up sooner
     java = ["java", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={logging}",
             "-cp", classpath("kafka")]
-    # a cluster id is 16 random bytes in unpadded URL-safe base64, as Kafka's own Uuid prints them
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    # a cluster id is 16 random bytes in unpadded URL-safe base64, as Kafka's own Uuid prints them; one that
+    # starts with "-" would be read as an option by the tool's argument parser (Kafka's Uuid.randomUuid
+    # draws again for the same reason)
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     formatted = subprocess.run([*java, "kafka.tools.StorageTool", "format", "--config", str(properties),
                                 "--cluster-id", cluster_id, "--standalone"], capture_output=True, text=True)
     if formatted.returncode != 0:

@@ -15,15 +15,13 @@ through the command line (spark-submit) with Spark's Kafka connector on ``spark.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
 
 from absreplay.job_discovery import get_job
 from coordinator.catalog.db import upgrade
 from coordinator.errors import SourceError
 from tests import kafka_data
 from tests.helpers import JOBS_DIR, make_workspace
-from tests.servers.jvm_deps import classpath
-from tests.servers.kafka import KafkaBroker, kafka_broker
+from tests.servers.kafka import KafkaBroker
 from tests.servers.remote_runs import command, ok
 
 pytestmark = [pytest.mark.spark]
@@ -31,15 +29,7 @@ pytestmark = [pytest.mark.spark]
 
 @pytest.fixture
 def kafka(tmp_path, monkeypatch) -> KafkaBroker:
-    with kafka_broker(tmp_path / "kafka") as broker:
-        monkeypatch.setenv("KAFKA_BOOTSTRAP", broker.bootstrap)
-        monkeypatch.setenv("ABS_JOBS_DIR", str(JOBS_DIR))
-        conf = tmp_path / "spark-conf"
-        conf.mkdir()
-        (conf / "spark-defaults.conf").write_text(f"spark.jars {classpath('spark').replace(':', ',')}\n")
-        monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
-        for topic in kafka_data.TOPICS:
-            broker.create_topic(topic, partitions=kafka_data.PARTITIONS)
+    with kafka_data.click_topics(tmp_path, monkeypatch) as broker:
         yield broker
 
 
@@ -101,9 +91,7 @@ def test_two_topics_with_aborted_transactions_survive_a_kill(tmp_path, kafka, su
     assert aborted > 0
     assert sum(per_user.values()) == len({s.click["id"] for s in below if s.committed})
     # the consumer group follows the committed cut, for Kafka's lag tools
-    group = kafka.admin().list_consumer_group_offsets([ConsumerGroupTopicPartitions("absreplay-kafka_clicks")])
-    offsets = {f"{tp.topic}-{tp.partition}": tp.offset for tp in group["absreplay-kafka_clicks"].result().topic_partitions}
-    assert offsets == cut
+    assert kafka_data.group_offsets(kafka, "absreplay-kafka_clicks") == cut
     summary(f"kafka_clicks: 2 topics x 3 partitions, {len(below)} records below the cut ({aborted} of aborted "
             f"transactions, in none of the sinks), process SIGKILLed in epoch 3, recovered; sinks = reference, "
             f"verify 0")

@@ -3,7 +3,9 @@
 its epochs run in this process, and ``absreplay finalize`` is SIGKILLed at every step of a Kafka commit in
 turn (the producer fenced, the rows sent, the marker flushed before the commit, the transaction committed
 before the catalog knew), then run to its end: a read_committed consumer reads every word once and each
-word's latest count equal to a recount, and the commits topic holds one marker a checkpoint.
+word's latest count equal to a recount, and the commits topic holds one marker a checkpoint. Then a rewind
+to checkpoint 1: the counts topic gets checkpoint 1's counts again and tombstones for the words epoch 2
+brought, then the replay's counts; the words topic keeps what it had and gets epoch 2's words again.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def test_a_finalize_killed_at_every_step_publishes_each_checkpoint_once(tmp_path
     upgrade(catalog)
     ws = make_workspace(tmp_path, catalog, get_job("kafka_word_counts"), jobs_dir=str(JOBS_DIR))
     for batch in range(2):
-        ws.land(batch, lines=200)
+        ws.land(batch, lines=200, vocab=100 + 200 * batch)  # epoch 2 brings words of its own
         ws.coordinator.inject()
     ws.run_epochs(spark)
     for step in STEPS:
@@ -46,9 +48,7 @@ def test_a_finalize_killed_at_every_step_publishes_each_checkpoint_once(tmp_path
     assert "committed 1,1,2,2;" in ok(ws, "finalize", ws.job.name)  # a transaction a sink and checkpoint
 
     expected = recount(ws.input_dir, ws.store.cut(ws.job.name, 2))
-    counts = {}
-    for _, _, key, value in kafka.read_committed("word-counts"):
-        counts[json.loads(key)["word"]] = json.loads(value)["count"]
+    counts = {word: values[-1] for word, values in count_history(kafka).items()}
     assert counts == dict(expected)
     words = Counter(json.loads(value)["word"] for _, _, _, value in kafka.read_committed("words"))
     assert words == expected
@@ -58,5 +58,28 @@ def test_a_finalize_killed_at_every_step_publishes_each_checkpoint_once(tmp_path
     # the target reads what a consumer reads
     sink = next(s for s in ws.job.sinks if s.name == "counts_out")
     assert {r["word"]: r["count"] for r in sink.target(catalog).read().to_pylist()} == counts
+
+    # a rewind to checkpoint 1 and its replay of epoch 2: the keyed topic got checkpoint 1's counts again and a
+    # tombstone for each word of epoch 2 alone, then the replay's counts; the append topic took nothing back
+    first = recount(ws.input_dir, ws.store.cut(ws.job.name, 1))
+    assert set(expected) - set(first)
+    out = ok(ws, "rewind", ws.job.name, "--to", "1")
+    assert "note: sink words_out is a Kafka topic, which a rewind cannot take records back from" in out, out[-3000:]
+    assert "note: sink counts_out is a Kafka topic" in out and "tombstones" in out
+    history = count_history(kafka)
+    assert {word: values[-2] for word, values in history.items()} == {word: first.get(word) for word in expected}
+    assert {word: values[-1] for word, values in history.items()} == dict(expected)
+    again = Counter(json.loads(value)["word"] for _, _, _, value in kafka.read_committed("words"))
+    assert again == expected + (expected - first)
     summary(f"Kafka sink: finalize SIGKILLed at {len(STEPS)} steps of a commit in turn; {sum(words.values()):,} "
-            f"words and {len(counts):,} counts read back once each, 4 markers")
+            f"words and {len(counts):,} counts read back once each, 4 markers; a rewind republished checkpoint "
+            f"1's counts with {len(set(expected) - set(first))} tombstones, then the replay's")
+
+
+def count_history(kafka: KafkaBroker) -> dict[str, list[int | None]]:
+    """Every count the compacted counts topic holds for each word, in the order a consumer reads them (a
+    word's records share a partition); None for a tombstone."""
+    history: dict[str, list[int | None]] = {}
+    for _, _, key, value in kafka.read_committed("word-counts"):
+        history.setdefault(json.loads(key)["word"], []).append(None if value is None else json.loads(value)["count"])
+    return history
