@@ -188,14 +188,23 @@ def checkpoints(
     as_jsonl: AsJsonLines = False,
     limit: Annotated[int, count_option(help="newest N checkpoints")] = 50,
 ) -> None:
-    """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint.
+    """The checkpoint history of a job (the snapshot_history view), with the parallelism of each checkpoint
+    and the version of the job's declaration it was taken with (a new version is marked where it starts).
     duration_ms runs from the barrier's injection to completion; state_bytes is what the checkpoint's
     snapshots wrote (a delta holds only the keys that changed)."""
+    from coordinator.catalog import audit
+
     ctx = job_context(job)
-    parallelism = {c.checkpoint_id: c.parallelism for c in ctx.store.checkpoints(job)}
-    rows = [{**row, "parallelism": parallelism.get(row["checkpoint_id"])} for row in ctx.store.history(job)[-limit:]]
+    taken = {c.checkpoint_id: c for c in ctx.store.checkpoints(job)}
+    rows = [{**row, "parallelism": taken[row["checkpoint_id"]].parallelism,
+             "job_version": taken[row["checkpoint_id"]].job_version} for row in ctx.store.history(job)[-limit:]]
     if not _print_json(rows, as_json, as_jsonl):
-        out.print(views.history_table(job, rows))
+        starts = audit.version_starts(ctx.store.engine, job)
+        out.print(views.history_table(job, rows, {v.checkpoint_id for v in starts[1:]}))
+        shown = {r["checkpoint_id"] for r in rows}
+        for v in starts:
+            if v.checkpoint_id in shown:
+                out.print(f"version {v.digest} (from checkpoint {v.checkpoint_id}): {v.summary}")
 
 
 Fallback = Annotated[

@@ -47,14 +47,18 @@ def format_time(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def history_table(job: str, rows: list[dict]) -> Table:
+def history_table(job: str, rows: list[dict], changed: set[int] = frozenset()) -> Table:
+    """``changed``: the checkpoints where a later version of the job's declaration starts, marked "(new)"."""
     table = Table(title=f"snapshot_history of {job}")
     # duration_ms runs from the barrier's injection to completion (not the snapshot's time); state_bytes is
     # what the checkpoint's snapshots wrote (a delta: the changed keys only), not the state's size
     numbers = ("checkpoint", "trigger → complete ms", "bytes written", "parallelism")
-    for col in ("checkpoint", "status", "triggered", numbers[1], numbers[2], "acked", "parallelism", "failure"):
+    for col in ("checkpoint", "status", "triggered", numbers[1], numbers[2], "acked", "parallelism", "version",
+                "failure"):
         table.add_column(col, justify="right" if col in numbers else "left")
     for r in rows:
+        version = r.get("job_version") or ""
+        shown = version + (" (new)" if r["checkpoint_id"] in changed else "")
         table.add_row(
             str(r["checkpoint_id"]),
             r["status"],
@@ -63,6 +67,7 @@ def history_table(job: str, rows: list[dict]) -> Table:
             format_bytes(r["state_bytes"]),
             f"{r['acked_tasks']}/{r['total_tasks']}",
             "" if r.get("parallelism") is None else str(r["parallelism"]),
+            shown,
             r["failure_reason"] or "",
         )
     return table

@@ -28,6 +28,7 @@ from coordinator.catalog.models import (
     Checkpoint,
     DeadLetter,
     Job,
+    JobVersionRow,
     Recovery,
     SinkTransaction,
     TaskAck,
@@ -70,6 +71,35 @@ class CheckpointSummary:
     failure_reason: str | None
     parallelism: int | None
     replay_of: int | None
+    #: the version of the job's declaration it was taken with (``job_versions``; None: not recorded)
+    job_version: str | None = None
+    #: True where a later version than the earlier checkpoints' starts
+    version_changed: bool = False
+
+
+@dataclass(frozen=True)
+class VersionStart:
+    """The first checkpoint taken with a version of the job's declaration."""
+
+    checkpoint_id: int
+    digest: str
+    summary: str
+
+
+def version_starts(engine: Engine, job: str) -> list[VersionStart]:
+    """Where each version of the job's declaration starts, in checkpoint order: a checkpoint whose version
+    differs from the last one recorded before it (checkpoints without a version are passed over)."""
+    with engine.connect() as c:
+        taken = c.execute(select(Checkpoint.checkpoint_id, Checkpoint.job_version).where(
+            Checkpoint.job == job, Checkpoint.job_version.is_not(None)).order_by(Checkpoint.checkpoint_id)).all()
+        summaries = dict(c.execute(select(JobVersionRow.digest, JobVersionRow.summary)
+                                   .where(JobVersionRow.job == job)).all())
+    starts, before = [], None
+    for checkpoint_id, digest in taken:
+        if digest != before:
+            starts.append(VersionStart(checkpoint_id, digest, summaries.get(digest, "")))
+        before = digest
+    return starts
 
 
 @dataclass(frozen=True)
@@ -248,14 +278,16 @@ def _summary_query(job: str):
     h = SNAPSHOT_HISTORY.c
     return (
         select(h.checkpoint_id, h.status, h.triggered_at, h.completed_at, h.duration_ms, h.state_bytes,
-               h.acked_tasks, h.total_tasks, h.failure_reason, Checkpoint.parallelism, Checkpoint.replay_of)
+               h.acked_tasks, h.total_tasks, h.failure_reason, Checkpoint.parallelism, Checkpoint.replay_of,
+               Checkpoint.job_version)
         .select_from(SNAPSHOT_HISTORY.join(
             Checkpoint, (Checkpoint.job == h.job) & (Checkpoint.checkpoint_id == h.checkpoint_id)))
         .where(h.job == job)
     )
 
 
-def _summary(row) -> CheckpointSummary:
+def _summary(row, changed: Iterable[int] = ()) -> CheckpointSummary:
+    """``changed``: the checkpoints where a later version of the declaration starts."""
     m = row._mapping
     return CheckpointSummary(
         checkpoint_id=int(m["checkpoint_id"]), status=m["status"],
@@ -263,7 +295,8 @@ def _summary(row) -> CheckpointSummary:
         duration_ms=None if m["duration_ms"] is None else int(m["duration_ms"]),
         state_bytes=int(m["state_bytes"] or 0), acked_tasks=int(m["acked_tasks"] or 0),
         total_tasks=int(m["total_tasks"]), failure_reason=m["failure_reason"],
-        parallelism=m["parallelism"], replay_of=m["replay_of"],
+        parallelism=m["parallelism"], replay_of=m["replay_of"], job_version=m["job_version"],
+        version_changed=int(m["checkpoint_id"]) in changed,
     )
 
 
@@ -276,7 +309,8 @@ def checkpoint_page(engine: Engine, job: str, status: str | None = None, offset:
     with engine.connect() as c:
         total = c.scalar(select(func.count()).select_from(query.subquery())) or 0
         rows = c.execute(query.order_by(SNAPSHOT_HISTORY.c.checkpoint_id.desc()).offset(offset).limit(limit)).all()
-    return CheckpointPage(job, status or None, offset, limit, int(total), [_summary(r) for r in rows])
+    changed = {v.checkpoint_id for v in version_starts(engine, job)[1:]}
+    return CheckpointPage(job, status or None, offset, limit, int(total), [_summary(r, changed) for r in rows])
 
 
 def snapshot_phases(c, job: str, checkpoint_ids: Iterable[int] | None = None) -> dict[int, SnapshotPhases]:
@@ -389,7 +423,7 @@ def checkpoint_detail(engine: Engine, job: str, checkpoint_id: int) -> Checkpoin
         cuts = _cuts(c, job)
         records = epoch_records(cuts, _replays(c, job), _failed(c, job))
         phases = snapshot_phases(c, job, [checkpoint_id]).get(checkpoint_id, SnapshotPhases())
-    summary = _summary(row)
+    summary = _summary(row, {v.checkpoint_id for v in version_starts(engine, job)[1:]})
     dead = epoch_dead_letters(engine, job, [checkpoint_id])[checkpoint_id]
     return CheckpointDetail(
         job=job, summary=summary, snapshot_mode=row.snapshot_mode, failure_detail=row.failure_detail,

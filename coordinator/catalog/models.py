@@ -111,6 +111,22 @@ class Checkpoint(Base):
     parallelism: Mapped[int | None] = mapped_column(Integer)
     # the checkpoint whose cut starts the epoch that produced this one (0: the start of the sources)
     epoch_start: Mapped[int | None] = mapped_column(BigInteger)
+    #: the digest of the job's declaration the run that took it ran (``job_versions``; None: before revision 0012)
+    job_version: Mapped[str | None] = mapped_column(String(16))
+
+
+class JobVersionRow(Base):
+    """A version of a job's declaration (``coordinator.dataflow.versions``), from the first run that ran it."""
+
+    __tablename__ = "job_versions"
+    __table_args__ = (ForeignKeyConstraint(["job"], ["jobs.name"]),)
+
+    job: Mapped[str] = mapped_column(String(64), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(16), primary_key=True)
+    #: the parts the digest was taken over, as JSON: what a later version is compared with
+    parts: Mapped[str] = mapped_column(Text)
+    summary: Mapped[str] = mapped_column(Text)
+    first_run_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class SourceSegment(Base):

@@ -23,6 +23,7 @@ from coordinator.catalog.db import session_factory
 from coordinator.catalog.models import (
     Checkpoint,
     Job,
+    JobVersionRow,
     SinkTransaction,
     SourceCut,
     SourceSegment,
@@ -41,6 +42,7 @@ from coordinator.checkpoints.lifecycle import (
 )
 from coordinator.checkpoints.policy import CheckpointPolicy, TriggerDecision, decide_trigger, is_timed_out
 from coordinator.checkpoints.state_handle import StateHandle, handle_columns
+from coordinator.dataflow import versions
 from coordinator.dataflow.jobs import JobDefinition, check_parallelism
 from coordinator.errors import CheckpointNotFoundError, FencedError
 
@@ -430,15 +432,20 @@ class CheckpointStore:
         """With the job row locked: the run's execution graph becomes the job row's (a run at
         another parallelism: acks of its new subtasks count, those of subtasks it no longer has
         are UNKNOWN), the run's PENDING checkpoints take its task count, and every one of them
-        records the parallelism it is taken at."""
+        records the parallelism and the version of the declaration (``job_versions``) it is taken at."""
         job = s.get(Job, definition.name)
         check_parallelism(job.name, definition.parallelism, job.max_parallelism)
         graph = definition.execution_graph
         encoded = json.dumps(graph.to_json(), sort_keys=True)
         if job.execution_graph != encoded:
             job.execution_graph, job.total_tasks = encoded, len(graph.tasks)
+        version = versions.version_of(definition)
+        if s.get(JobVersionRow, (definition.name, version.digest)) is None:
+            s.add(JobVersionRow(job=definition.name, digest=version.digest, summary=version.summary,
+                                parts=json.dumps(version.parts, sort_keys=True), first_run_at=utcnow()))
         for checkpoint_id in checkpoint_ids:
             ck = s.get(Checkpoint, (definition.name, checkpoint_id))
             if ck is not None and ck.status == CheckpointStatus.PENDING:
                 ck.total_tasks, ck.parallelism = job.total_tasks, definition.parallelism
+                ck.job_version = version.digest
 
