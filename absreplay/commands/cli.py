@@ -192,19 +192,10 @@ def checkpoints(
     and the version of the job's declaration it was taken with (a new version is marked where it starts).
     duration_ms runs from the barrier's injection to completion; state_bytes is what the checkpoint's
     snapshots wrote (a delta holds only the keys that changed)."""
-    from coordinator.catalog import audit
-
     ctx = job_context(job)
-    taken = {c.checkpoint_id: c for c in ctx.store.checkpoints(job)}
-    rows = [{**row, "parallelism": taken[row["checkpoint_id"]].parallelism,
-             "job_version": taken[row["checkpoint_id"]].job_version} for row in ctx.store.history(job)[-limit:]]
+    rows = views.history_rows(ctx.store, job)[-limit:]
     if not _print_json(rows, as_json, as_jsonl):
-        starts = audit.version_starts(ctx.store.engine, job)
-        out.print(views.history_table(job, rows, {v.checkpoint_id for v in starts[1:]}))
-        shown = {r["checkpoint_id"] for r in rows}
-        for v in starts:
-            if v.checkpoint_id in shown:
-                out.print(f"version {v.digest} (from checkpoint {v.checkpoint_id}): {v.summary}")
+        views.print_history(out, ctx.store, job, rows)
 
 
 Fallback = Annotated[

@@ -118,7 +118,7 @@ def run_demo(out: Console, batches: int, lines_per_batch: int) -> bool:
 def finish_demo(out: Console, ctx: JobContext, t0: float, where: str = "") -> bool:
     """The audit table, the sink's top rows and the verdict line every demo ends with."""
     job = ctx.job.name
-    out.print(views.history_table(job, ctx.store.history(job)))
+    views.print_history(out, ctx.store, job, views.history_rows(ctx.store, job))
     exact, records, keys = check_exact(ctx)
     top = top_rows(committed_rows(ctx))
     out.print(f"top of {checked_sink(ctx.job).name!r}: " + ", ".join(f"{k}={v}" for k, v in top))

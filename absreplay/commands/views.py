@@ -47,6 +47,25 @@ def format_time(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def history_rows(store, job: str) -> list[dict]:
+    """``snapshot_history``'s rows of ``job`` with the parallelism and the job version of each checkpoint."""
+    taken = {c.checkpoint_id: c for c in store.checkpoints(job)}
+    return [{**row, "parallelism": taken[row["checkpoint_id"]].parallelism,
+             "job_version": taken[row["checkpoint_id"]].job_version} for row in store.history(job)]
+
+
+def print_history(out, store, job: str, rows: list[dict]) -> None:
+    """The history table of ``rows``, then what each version of the declaration they were taken with holds."""
+    from coordinator.catalog import audit
+
+    starts = audit.version_starts(store.engine, job)
+    out.print(history_table(job, rows, {v.checkpoint_id for v in starts[1:]}))
+    shown = {r["checkpoint_id"] for r in rows}
+    for v in starts:
+        if v.checkpoint_id in shown:
+            out.print(f"version {v.digest} (from checkpoint {v.checkpoint_id}): {v.summary}")
+
+
 def history_table(job: str, rows: list[dict], changed: set[int] = frozenset()) -> Table:
     """``changed``: the checkpoints where a later version of the job's declaration starts, marked "(new)"."""
     table = Table(title=f"snapshot_history of {job}")
