@@ -21,7 +21,7 @@ from absreplay.job_discovery import get_job  # noqa: E402
 from tests import kafka_data  # noqa: E402
 from tests.helpers import JOBS_DIR, make_workspace  # noqa: E402
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.heavy(seconds=120)]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.postgres, pytest.mark.heavy(seconds=170)]
 
 JOB = "kafka_clicks"
 
