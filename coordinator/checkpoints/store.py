@@ -23,7 +23,6 @@ from coordinator.catalog.db import session_factory
 from coordinator.catalog.models import (
     Checkpoint,
     Job,
-    JobVersionRow,
     SinkTransaction,
     SourceCut,
     SourceSegment,
@@ -439,13 +438,10 @@ class CheckpointStore:
         encoded = json.dumps(graph.to_json(), sort_keys=True)
         if job.execution_graph != encoded:
             job.execution_graph, job.total_tasks = encoded, len(graph.tasks)
-        version = versions.version_of(definition)
-        if s.get(JobVersionRow, (definition.name, version.digest)) is None:
-            s.add(JobVersionRow(job=definition.name, digest=version.digest, summary=version.summary,
-                                parts=json.dumps(version.parts, sort_keys=True), first_run_at=utcnow()))
+        digest = versions.record(s, definition)
         for checkpoint_id in checkpoint_ids:
             ck = s.get(Checkpoint, (definition.name, checkpoint_id))
             if ck is not None and ck.status == CheckpointStatus.PENDING:
                 ck.total_tasks, ck.parallelism = job.total_tasks, definition.parallelism
-                ck.job_version = version.digest
+                ck.job_version = digest
 

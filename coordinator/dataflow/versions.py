@@ -14,6 +14,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.orm import Session
+
+from coordinator.catalog.models import JobVersionRow, utcnow
 from coordinator.dataflow.jobs import JobDefinition
 
 #: hex characters of the digest kept: enough to tell a job's versions apart, short enough to read
@@ -62,3 +65,12 @@ def version_of(job: JobDefinition) -> JobVersion:
     parts = describe(job)
     encoded = json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
     return JobVersion(hashlib.sha256(encoded).hexdigest()[:DIGEST_CHARS], parts)
+
+
+def record(s: Session, job: JobDefinition) -> str:
+    """``job``'s version, added to ``job_versions`` if a run has not run it before; returns its digest."""
+    version = version_of(job)
+    if s.get(JobVersionRow, (job.name, version.digest)) is None:
+        s.add(JobVersionRow(job=job.name, digest=version.digest, summary=version.summary,
+                            parts=json.dumps(version.parts, sort_keys=True), first_run_at=utcnow()))
+    return version.digest
