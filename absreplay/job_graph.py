@@ -4,7 +4,11 @@ a ValueError names the operator and what is wrong with it."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from absreplay.declaration import JobDeclaration, Node, Session, late_sink_name
+from coordinator.dataflow.code_digest import code_digest
 from coordinator.dataflow.ttl import check_consistency, event_columns
 from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
@@ -130,6 +134,30 @@ def late_sink(node: Node) -> SinkSpec:
     return SinkSpec(late_sink_name(node.name), DeadLetters(node.name), columns, None, node.name, from_state=False)
 
 
+def operator_params(node: Node) -> dict[str, Any]:
+    """What shapes ``node``'s output besides its state's columns, as plain data (its part of the job's
+    version): its function's code digest, its aggregates, window, times, TTL, join bounds, loop."""
+    params: dict[str, Any] = {}
+    if node.fn is not None:
+        params["code"] = code_digest(node.fn)
+    if node.aggregates:
+        params["aggregates"] = {name: [a.kind, a.type, a.column]
+                                + ([code_digest(a.value), code_digest(a.merge)] if a.kind == "combine" else [])
+                                for name, a in node.aggregates.items()}
+    for part in ("window", "interval"):
+        value = getattr(node, part)
+        if value is not None:
+            params[part] = {"kind": type(value).__name__, **dataclasses.asdict(value)}
+    if node.loop is not None:
+        params["loop"] = {"head": code_digest(node.loop.head), "body": code_digest(node.loop.body),
+                          "rounds": node.loop.rounds, "back_edge_key": node.loop.back_edge_key}
+    for what in ("time", "delay_ms", "lateness_ms", "refire", "reemit", "ttl_epochs", "ttl_ms"):
+        value = getattr(node, what)
+        if value:
+            params[what] = value
+    return params
+
+
 def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     p = job.parallelism
     sources = [n for n in job.nodes if n.kind == "source"]
@@ -189,4 +217,5 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
         barrier_interval_minutes=job.barrier_interval_minutes, id_store=job.id_store,
         loop_rounds=loops[0].loop.rounds if loops else 4, consistency=job.consistency,
         max_dead_letter_share=job.max_dead_letter_share, spec=job, origin=origin,
+        params={n.name: operator_params(n) for n in job.nodes if n.kind not in ("source", "sink")},
     )

@@ -124,6 +124,9 @@ class JobDefinition:
     #: the declaration (``absreplay.api.Job``) the Spark runtime runs; where it was found
     spec: Any = field(default=None, compare=False, repr=False)
     origin: str = ""
+    #: per operator, what shapes its output besides its state: a window's size, a function's code digest
+    #: (``coordinator.dataflow.code_digest``), aggregates, TTLs; plain JSON data, part of the job's version
+    params: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_name(self.name, "job")  # the declaration checked it; a job renamed since is caught here

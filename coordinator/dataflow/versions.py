@@ -4,6 +4,7 @@ A version is a digest of the job's graph (operators and the edges between them),
 state (its kind, columns, identity and key), its sinks (kind, columns, upsert key, input) and its sources
 (record format and fields), with a description of the same parts that a person can read. Parallelism is
 left out: a run at another parallelism re-splits the same state by key group, so it is not a new version.
+Each operator's parameters are in (a window's size, a digest of a filter's code): they shape the output.
 Options of sources and sinks are left out too: they may hold secrets, and they do not shape the state.
 """
 
@@ -45,8 +46,9 @@ class JobVersion:
 
 
 def describe(job: JobDefinition) -> dict[str, Any]:
-    """The parts of ``job``'s declaration its version is taken over."""
-    return {
+    """The parts of ``job``'s declaration its version is taken over, as JSON reads them back (lists, not
+    tuples), so that parts stored in the catalog compare equal to the same declaration's."""
+    return json.loads(json.dumps({
         "operators": [{"name": o.name, "kind": str(o.kind)} for o in job.graph.operators],
         "edges": sorted([e.source, e.target, str(e.partitioning)] for e in job.graph.edges),
         "states": [{"operator": s.operator, "kind": s.kind,
@@ -58,7 +60,8 @@ def describe(job: JobDefinition) -> dict[str, Any]:
                      "fields": [f"{c}:{t}" for c, t in getattr(fmt, "fields", ())],
                      "time": getattr(fmt, "time_field", None), "id": getattr(fmt, "id_field", None)}
                     for name, fmt in job.sources],
-    }
+        "params": job.params,
+    }))
 
 
 def version_of(job: JobDefinition) -> JobVersion:
