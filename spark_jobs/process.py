@@ -2,7 +2,8 @@
 
     spark-submit spark_jobs/process.py JOB [--snapshot-mode async|sync|none] [--parallelism N]
                                            [--restore-from N] [--metrics-out FILE]
-                                           [--recover|--rewind [--checkpoint N] [--mode full|partial] [--fallback]]
+                                           [--recover|--rewind|--upgrade [--checkpoint N] [--mode full|partial]
+                                            [--fallback]]
 
 Settings come from the environment (ABS_DATABASE_URL, ABS_DATA_DIR,
 ABS_STATE_URI; ABS_PARALLELISM when --parallelism is not given).
@@ -21,7 +22,7 @@ from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING
 
-from coordinator.checkpoints import recovery, rescale, run_plan, weak
+from coordinator.checkpoints import job_plan, recovery, rescale, run_plan, weak
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
@@ -47,6 +48,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--recover", action="store_const", const="recover", dest="recovery")
     kind.add_argument("--rewind", action="store_const", const="rewind", dest="recovery")
+    kind.add_argument("--upgrade", action="store_const", const="upgrade", dest="recovery",
+                      help="to the job as declared now, replaying from --checkpoint N (default: the start)")
     parser.add_argument("--checkpoint", type=positive_arg, default=None)
     parser.add_argument("--mode", choices=["full", "partial"], default="full")
     parser.add_argument("--fallback", action="store_true")
@@ -89,7 +92,9 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
         refusals = partial(recovery.refusals_recorded, store, job.name, request.kind, request.mode,
                            request.checkpoint, request.airflow_run_id)
         with refusals():
-            recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2 before Spark
+            target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)  # exit 2
+            if request.kind is not RecoveryKind.UPGRADE:  # a changed job: its plan, before Spark
+                job_plan.check_unchanged(store, job, target)
 
     from spark_jobs.run.executor_loss import restarting_after_lost_executors
     from spark_jobs.recover import run_recovery
@@ -107,6 +112,8 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
         if plan is not None and not plan.epochs:
             print(f"{job.name}: no pending epochs after checkpoint {plan.restore_point or 0}", flush=True)
             return 0
+        if plan is not None:
+            job_plan.check_unchanged(store, job, plan.restore_point)  # a changed job: its plan, before Spark
         own_session = spark is None
         if own_session:
             spark = build_session(f"absreplay-{job.name}", job.parallelism)

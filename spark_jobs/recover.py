@@ -17,7 +17,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from coordinator.checkpoints import recovery, rescale, run_plan
+from coordinator.checkpoints import job_plan, recovery, rescale, run_plan, upgrade
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.checkpoints.store import CheckpointStore
@@ -54,8 +54,12 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
     recovery_id = recovery.start(store, job.name, request.kind, request.mode, request.checkpoint,
                                  request.airflow_run_id)
     log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from checkpoint {request.checkpoint or 'latest'}")
+    plan = None
     try:
         target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)
+        if request.kind is RecoveryKind.UPGRADE:  # checked again under the lease: what it is compared with
+            plan = job_plan.plan(store, job)
+            target = upgrade.start_point(store, job, plan, not request.checkpoint, request.checkpoint) or None
     except BaseException as exc:
         # checked last under the lease (a finalize may have subsumed the checkpoint meanwhile): nothing changed yet
         refused = recovery.is_refusal(exc)
@@ -72,23 +76,35 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
         restore_s = time.perf_counter() - t0
         target = restored.checkpoint_id
         if target is None:
-            notes.append("no checkpoint has completed yet: every task starts from the empty state "
+            notes.append(f"upgrade from version {plan.from_version} to {plan.to_version}: every operator's state is "
+                         f"built from the start of the sources" if plan else
+                         "no checkpoint has completed yet: every task starts from the empty state "
                          "at the start of the sources")
             log("  " + notes[-1])
         try:
             # what the replay will read, before the reset changes anything: a segment changed since it was
             # read refuses the recovery, rather than failing it half done
             runner.check_segments(run_plan.replayed(store, job, target))
-        except SourceError:
+        except SourceError as exc:
             refused = True
+            if plan is not None:
+                raise SourceError(f"{exc}; an upgrade replays the input from {f'checkpoint {target}' if target else 'the start'}: "
+                                  f"upgrade --from-checkpoint N from a checkpoint whose later input is still "
+                                  f"there") from exc
             raise
+        resets = upgrade.sink_resets(job, plan) if plan is not None else {}
         state_rows = None
-        if request.kind is RecoveryKind.REWIND:
+        reverted = {sink.name for sink in job.sinks} if request.kind is RecoveryKind.REWIND else \
+            {name for name, how in resets.items() if how == "revert"}
+        if reverted and target is not None:
             # each upsert sink's view of checkpoint N, to put rows written after N back to it
             state_rows = {sink.name: restored.states[sink.input].select(*sink.column_names, "updated").toArrow()
-                          for sink in job.sinks if sink.from_state}
-            state_rows |= restated_rows(job, restored, settings)
-        reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows)
+                          for sink in job.sinks if sink.from_state and sink.name in reverted}
+            state_rows |= {name: rows for name, rows in restated_rows(job, restored, settings).items()
+                           if name in reverted}
+        reset = recovery.reset_after(store, job, target, recovery_id, request.kind, state_rows, resets,
+                                     upgrade.row(plan, recovery_id, target or 0, request.airflow_run_id)
+                                     if plan is not None else None)
         notes.append(
             f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
             f"replays {sorted(reset.replays) or 'none'}; sink: committed {reset.committed or 'none'}, "

@@ -157,8 +157,8 @@ def registered_untagged(ws) -> None:
 ABSREPLAY = str(Path(sys.executable).parent / "absreplay")
 
 
-def start(ws, *args: str, faults: str = "") -> subprocess.Popen:
-    env = {**os.environ, **ws.env(), "ABS_SPARK_MASTER": "local[2]", "ABS_FAULTS": faults}
+def start(ws, *args: str, faults: str = "", env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, **ws.env(), "ABS_SPARK_MASTER": "local[2]", "ABS_FAULTS": faults, **(env or {})}
     return subprocess.Popen(
         [ABSREPLAY, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
@@ -263,13 +263,13 @@ def cli_ok(ws, *args: str, spark=None, env: dict[str, str] | None = None) -> str
     return r.out
 
 
-def crash(ws, spark, point: str, *args: str) -> None:
+def crash(ws, spark, point: str, *args: str, env: dict[str, str] | None = None) -> None:
     """``absreplay ARGS`` as typed, on the test's session (``cli``), dying at fault point ``point``
     (``name[@checkpoint][/k]``): ``ProcessCrash``, which leaves what a SIGKILL there leaves
     (``coordinator.faults``), without a Spark application of its own. Fails if the run never gets there."""
     name = re.split("[@/]", point)[0]
     with pytest.raises(ProcessCrash, match=f"simulated crash at {re.escape(name)}"):
-        cli(ws, *args, spark=spark, env={"ABS_FAULTS": f"{point}=crash"})
+        cli(ws, *args, spark=spark, env={**(env or {}), "ABS_FAULTS": f"{point}=crash"})
 
 
 def crash_then_kill(ws, job: str, land, spark) -> None:

@@ -4,7 +4,7 @@ A sink's high-water marks are its claim: every source record below them is in th
 sink, exactly once. After each test, each workspace the test made is judged against an
 independent recomputation from the source files up to those marks (absreplay_examples.recount
 for wordcount, absreplay_examples.union_find for connected_components, tests/views_data for the
-tests' views_by_country job, tests/carts_data for open_carts, tests/sessions_data for click_sessions, tests/joins_data for clicks_to_buys, absreplay_examples.synthetic_data for synthetic, epoch by epoch
+tests' views_by_country job, tests/carts_data for open_carts, tests/sessions_data for click_sessions, tests/joins_data for clicks_to_buys, tests/clicks_data for the README's clicks, absreplay_examples.synthetic_data for synthetic, epoch by epoch
 along the checkpoints' recorded epoch starts), never the job's own
 code. A test that leaves a sink inconsistent on purpose says so with
 ``@pytest.mark.sink_unchecked("why")``.
@@ -135,6 +135,12 @@ def judge(ws) -> tuple[str, tuple[int, int]] | None:
                 (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values())))
     if ws.job.name == "kafka_word_counts":  # tests/jobs: sinks that are Kafka topics, read back read_committed
         return _kafka_word_counts(ws)
+    if ws.job.name == "clicks":  # the README's job, in each version a user gives it: tests/clicks_data
+        from tests import clicks_data
+
+        found = clicks_data.check(ws, marks_of)
+        return (f"{ws.job.name} sinks {sorted(found)}",
+                (sum(lost for lost, _ in found.values()), sum(dup for _, dup in found.values()))) if found else None
     [sink_spec] = ws.job.sinks
     sink = sink_spec.declaration.table
     with ws.store.sessions() as s:

@@ -13,13 +13,15 @@ import typer
 from rich.console import Console
 
 from absreplay.commands import job_listing
+from absreplay.commands import plan_view
 from absreplay.commands import report
 from absreplay.commands import state_commands
 from absreplay.commands import views
 from absreplay.options import checkpoint_option, count_option
 from absreplay.commands.context import JobContext, job_context, open_store_if_migrated
-from coordinator.catalog.db import safe_url, upgrade
-from coordinator.checkpoints import weak
+from coordinator.catalog import db as catalog_db
+from coordinator.catalog.db import safe_url
+from coordinator.checkpoints import job_plan, weak
 from coordinator.errors import UsageError, as_user_error
 from absreplay.job_discovery import discover, jobs_folder
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
@@ -79,7 +81,7 @@ app.command()(state_commands.diff)
 def db_upgrade() -> None:
     """Create or migrate the catalog schema to the newest revision."""
     settings = Settings.from_env()
-    head = upgrade(settings.database_url)
+    head = catalog_db.upgrade(settings.database_url)
     out.print(f"catalog {safe_url(settings.database_url)} is at revision {head}")
 
 
@@ -139,6 +141,7 @@ def process(
         args += ["--restore-from", str(restore_from)]
     elif not _has_pending(ctx):
         return
+    _check_unchanged(ctx, restore_from)
     # fail fast, before a JVM starts; the application itself holds the lease for its run
     with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):
         pass
@@ -154,6 +157,37 @@ def _has_pending(ctx) -> bool:
         return True
     out.print(f"{ctx.job.name}: no pending epochs after checkpoint {base}")
     return False
+
+
+def _check_unchanged(ctx: JobContext, checkpoint: int | None) -> None:
+    """A job changed since the checkpoint a run would restore (default: the newest completed one): print
+    the plan and stop (exit 2) before a JVM starts, instead of failing on state the checkpoint lacks."""
+    if checkpoint is None:
+        latest = ctx.store.latest_completed(ctx.job.name)
+        checkpoint = latest.checkpoint_id if latest else None
+    try:
+        job_plan.check_unchanged(ctx.store, ctx.job, checkpoint)
+    except job_plan.JobChangedError as exc:
+        plan_view.print_plan(out, exc.plan)
+        raise
+
+
+@app.command()
+def plan(
+    job: str,
+    as_json: AsJson = False,
+) -> None:
+    """What changed in the job's declaration since its newest completed checkpoint, operator by operator
+    and sink by sink, and what an upgrade does with each. Exit 0 when the next run can go ahead as it is,
+    2 when the job needs `absreplay upgrade` (or a choice) first."""
+    ctx = job_context(job)
+    found = job_plan.plan(ctx.store, ctx.job)
+    if as_json:
+        sys.stdout.write(json.dumps(plan_view.plan_json(found), indent=2) + "\n")
+    else:
+        plan_view.print_plan(out, found)
+    if found.needs_upgrade:
+        raise typer.Exit(2)
 
 
 @app.command()
@@ -172,7 +206,9 @@ def run(
     parallelism: Parallelism = None,
 ) -> None:
     """Inject, process and finalize, N times."""
-    _parallelism_args(job_context(job), parallelism)
+    ctx = job_context(job)
+    _parallelism_args(ctx, parallelism)
+    _check_unchanged(ctx, None)  # before the first barrier: nothing written
     _check_mode(snapshot_mode)
     for i in range(1, cycles + 1):
         out.rule(f"cycle {i}/{cycles}")
@@ -244,6 +280,42 @@ def rewind(
     _recovery(job, "rewind", to, "full", fallback, _check_mode(snapshot_mode), parallelism, airflow_run_id)
 
 
+@app.command()
+def upgrade(
+    job: str,
+    from_start: Annotated[bool, typer.Option("--from-start", help="rebuild from the start of the input (the "
+                                             "default when all of it is still there)")] = False,
+    from_checkpoint: Annotated[int | None, checkpoint_option(
+        "--from-checkpoint", help="rebuild from this completed checkpoint's state and cut")] = None,
+    snapshot_mode: SnapshotMode = "async",
+    parallelism: Parallelism = None,
+    airflow_run_id: AirflowRunId = None,
+) -> None:
+    """Take a changed job on to its new declaration (see `absreplay plan`): state the new declaration reads is
+    carried over, new and changed state is built by replaying the input, new sinks get the backfill, upsert
+    sinks with new columns are restated; sinks never get a record twice. Run again after a crash: it resumes."""
+    from coordinator.checkpoints import recovery
+    from coordinator.checkpoints import upgrade as upgrades
+
+    ctx = job_context(job)
+    weak.refuse(ctx.job, "upgrade")
+    found = job_plan.plan(ctx.store, ctx.job)
+    if not found.needs_upgrade or job_plan.under_way(ctx.store, job, found.to_version, found.checkpoint_id):
+        # nothing to change, or an upgrade reset the job and was stopped: its replays are pending epochs
+        if _has_pending(ctx):
+            out.print(f"{job}: carrying on the upgrade to version {found.to_version}: processing its pending epochs")
+            process(job, snapshot_mode=snapshot_mode, restore_from=None, parallelism=parallelism)
+            finalize(job)  # the replays' sink commits, as the upgrade's own run makes them
+            upgrades.resumed(ctx.store, job, found.to_version)
+        else:
+            out.print(f"{job}: nothing to upgrade: {found.next_step}")
+        return
+    plan_view.print_plan(out, found)
+    with recovery.refusals_recorded(ctx.store, job, "upgrade", "full", from_checkpoint, airflow_run_id):
+        start = upgrades.start_point(ctx.store, ctx.job, found, from_start, from_checkpoint)
+    _recovery(job, "upgrade", start or None, "full", False, _check_mode(snapshot_mode), parallelism, airflow_run_id)
+
+
 def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: bool, snapshot_mode: str,
               parallelism: int | None, airflow_run_id: str | None = None) -> None:
     from absreplay.commands.submit import run_processing
@@ -256,10 +328,13 @@ def _recovery(job: str, kind: str, checkpoint: int | None, mode: str, fallback: 
     with recovery.refusals_recorded(ctx.store, job, kind, mode, checkpoint, airflow_run_id):
         target = recovery.validate(ctx.store, job, recovery.RecoveryKind(kind), recovery.RecoveryMode(mode),
                                    checkpoint)
+        if kind != "upgrade":
+            job_plan.check_unchanged(ctx.store, ctx.job, target)
         with processing_lease(ctx.store.engine, job, wait_s=RUN_LEASE_WAIT_S):  # fail fast (exit 2) if a run holds it
             pass
     if target is None:
-        out.print(f"{job}: {kind} from the start of the sources ({mode}): no checkpoint has completed yet")
+        out.print(f"{job}: {kind} from the start of the sources" + (
+            "" if kind == "upgrade" else f" ({mode}): no checkpoint has completed yet"))
     else:
         out.print(f"{job}: {kind} from checkpoint {target} ({mode})")
     args = [job, f"--{kind}", "--mode", mode, "--snapshot-mode", snapshot_mode, *scale]

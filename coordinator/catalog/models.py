@@ -276,7 +276,7 @@ class Recovery(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job: Mapped[str] = mapped_column(String(64))
-    kind: Mapped[str] = mapped_column(String(16))  # recover | rewind
+    kind: Mapped[str] = mapped_column(String(16))  # recover | rewind | upgrade
     mode: Mapped[str] = mapped_column(String(16))  # full | partial
     #: the checkpoint asked for (None: latest completed) and the one restored (differs after --fallback)
     requested_checkpoint_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -291,6 +291,30 @@ class Recovery(Base):
     detail: Mapped[str | None] = mapped_column(Text)
     #: the run of the job's recover DAG that asked for it (None: the command line)
     airflow_run_id: Mapped[str | None] = mapped_column(String(250), index=True)
+
+
+class Upgrade(Base):
+    """One `upgrade` of a job to a new version of its declaration (``coordinator.checkpoints.upgrade``); its
+    ``recoveries`` row (kind ``upgrade``) says how it ran and ended."""
+
+    __tablename__ = "upgrades"
+    __table_args__ = (ForeignKeyConstraint(["recovery_id"], ["recoveries.id"]),
+                      ForeignKeyConstraint(["job"], ["jobs.name"]))
+
+    recovery_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job: Mapped[str] = mapped_column(String(64))
+    #: the version of the newest completed checkpoint before it (None: taken before versions were recorded)
+    from_version: Mapped[str | None] = mapped_column(String(16))
+    to_version: Mapped[str] = mapped_column(String(16))
+    #: the checkpoint whose cut the replay starts at (0: the start of the input)
+    replayed_from: Mapped[int] = mapped_column(BigInteger)
+    #: the newest completed checkpoint when it started: the replay rebuilds every epoch up to it
+    upgraded_checkpoint: Mapped[int] = mapped_column(BigInteger)
+    #: the plan it carried out (``coordinator.dataflow.changes``): each part, its change and what was done
+    parts: Mapped[str] = mapped_column(Text)
+    #: the user (or the Airflow run) that asked
+    requested_by: Mapped[str] = mapped_column(String(250))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class SinkWatermark(Base):

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from coordinator.catalog import epochs
 from coordinator.sinks import transactions as sinks
-from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransaction, SourceCut, utcnow
+from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransaction, SourceCut, Upgrade, utcnow
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
@@ -48,6 +48,8 @@ from coordinator.checkpoints.store import CheckpointStore
 class RecoveryKind(StrEnum):
     RECOVER = "recover"
     REWIND = "rewind"
+    #: to a new version of the job's declaration (``coordinator.checkpoints.upgrade``)
+    UPGRADE = "upgrade"
 
 
 class RecoveryMode(StrEnum):
@@ -196,6 +198,8 @@ def reset_after(
     recovery_id: int,
     kind: RecoveryKind,
     state_rows: dict[str, pa.Table] | None = None,
+    sink_resets: dict[str, str] | None = None,
+    upgrade_row: Upgrade | None = None,
 ) -> ResetOutcome:
     """Settle the sinks and put the checkpoints after ``restored`` in order for the resumed run,
     in one transaction under the job lock (a concurrent barrier waits, then lands after the replays).
@@ -204,6 +208,10 @@ def reset_after(
     and ``updated``), the values rows written later are reverted to; append sinks drop what the
     checkpoints of later epochs appended. ``restored`` None: the empty state
     (nothing had completed), every checkpoint comes after it.
+
+    ``sink_resets`` (an upgrade): sink -> "revert" (as a rewind does) or "restate" (its high-water marks
+    back to ``restored``'s cut, its rows left for the replays to replace, its table given the declared
+    columns); a rewind reverts every sink. ``upgrade_row``: the upgrade's own row, written with the reset.
     """
     out = ResetOutcome()
     job = definition.name
@@ -212,7 +220,8 @@ def reset_after(
         job_row = store.lock_job(s, job)
         # pre-committed output of completed checkpoints reaches the sink; failed checkpoints' is aborted,
         # and so is output after the restore point whose files fail verification: its epoch is replayed
-        out.committed, out.aborted = sinks.settle(s, definition, replayed_after=after)
+        out.committed, out.aborted = sinks.settle(s, definition, replayed_after=after,
+                                                  commit_replayed=kind is not RecoveryKind.UPGRADE)
         later = list(s.scalars(
             select(Checkpoint).where(Checkpoint.job == job, Checkpoint.checkpoint_id > after)
             .order_by(Checkpoint.checkpoint_id)
@@ -225,11 +234,16 @@ def reset_after(
         )):
             sinks.abort(txn)
             out.aborted.append(txn.checkpoint_id)
-        if kind is RecoveryKind.REWIND:
-            cut = store_cut(s, job, restored)
-            for sink in definition.sinks:
-                rows = (state_rows or {}).get(sink.name)
-                out.reverted_rows += sinks.revert_after(s, job, sink, restored, cut, rows)
+        resets = dict.fromkeys(definition.sink_operators, "revert") if kind is RecoveryKind.REWIND else \
+            sink_resets or {}
+        cut = store_cut(s, job, after)
+        for sink in definition.sinks:
+            if resets.get(sink.name) == "revert":
+                out.reverted_rows += sinks.revert_after(s, job, sink, after, cut, (state_rows or {}).get(sink.name))
+            elif resets.get(sink.name) == "restate":
+                sinks.restate_after(s, job, sink, after, cut)
+        if upgrade_row is not None:
+            s.add(upgrade_row)
         if live:
             now = utcnow()
             for ck in live:
@@ -254,9 +268,9 @@ def reset_after(
 def superseded_by(kind: RecoveryKind, later: list[Checkpoint]) -> list[Checkpoint]:
     """Which of the checkpoints after the restore point (in id order) a recovery supersedes, each then
     re-done by a replay: the live ones (PENDING, COMPLETED) for a rewind, or when a COMPLETED one is among
-    them; none when only a crashed attempt's PENDING ones follow (they are simply processed again)."""
+    them, or for an upgrade; none when only a crashed attempt's PENDING ones follow (they are simply processed again)."""
     live = [c for c in later if c.status in (CheckpointStatus.PENDING, CheckpointStatus.COMPLETED)]
-    if kind is RecoveryKind.REWIND or any(c.status == CheckpointStatus.COMPLETED for c in live):
+    if kind in (RecoveryKind.REWIND, RecoveryKind.UPGRADE) or any(c.status == CheckpointStatus.COMPLETED for c in live):
         return live
     return []
 
@@ -366,7 +380,10 @@ def partial_heads(store: CheckpointStore, job: str, operators: list[str], parall
 def validate(store: CheckpointStore, job: str, kind: RecoveryKind, mode: RecoveryMode,
              requested: int | None) -> int | None:
     """Check a request before anything starts (UsageError / CheckpointNotFoundError: exit 2);
-    returns the checkpoint it would restore (None: the empty state, no checkpoint has completed)."""
+    returns the checkpoint it would restore (None: the empty state, no checkpoint has completed; for an
+    upgrade, ``requested`` None or 0 is the start of the input)."""
+    if kind is RecoveryKind.UPGRADE:
+        return None if not requested else resolve(store, job, requested)
     target = resolve(store, job, requested)
     if target is None and kind is RecoveryKind.REWIND:
         raise UsageError(f"job {job!r} has no completed checkpoint to rewind to")

@@ -138,6 +138,27 @@ class SqlTableTarget:
                                           f"{t.compile(dialect=conn.dialect)}")
         self._table.metadata.create_all(conn, checkfirst=True)
 
+    def evolve_in(self, conn: Connection | Session) -> list[str]:
+        """The table made to hold the declared columns (an upgrade, ``coordinator.checkpoints.upgrade``):
+        columns declared since are added, empty until rows are restated; columns no longer declared are
+        dropped. A column of another type is not changed here (``prepare_in`` names it). Returns what it did."""
+        conn = conn.connection() if isinstance(conn, Session) else conn
+        inspector = sa.inspect(conn)
+        if not inspector.has_table(self.table):
+            return []
+        found = {c["name"] for c in inspector.get_columns(self.table)}
+        quote = conn.dialect.identifier_preparer.quote
+        done = []
+        for column in self._table.columns:
+            if column.name not in found:
+                conn.execute(sa.text(f"ALTER TABLE {quote(self.table)} ADD COLUMN {quote(column.name)} "
+                                     f"{column.type.compile(dialect=conn.dialect)}"))
+                done.append(f"added {column.name}")
+        for name in sorted(found - {c.name for c in self._table.columns}):
+            conn.execute(sa.text(f"ALTER TABLE {quote(self.table)} DROP COLUMN {quote(name)}"))
+            done.append(f"dropped {name}")
+        return done
+
     def committed_in(self, conn: Connection | Session, job: str, sink: str) -> int | None:
         conn = conn.connection() if isinstance(conn, Session) else conn
         if not sa.inspect(conn).has_table(COMMITS):

@@ -206,6 +206,19 @@ def revert_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: 
     return touched
 
 
+def restate_after(s: Session, job: str, sink: SinkSpec, checkpoint_id: int, cut: dict[str, int]) -> None:
+    """Let the replays after ``checkpoint_id`` write the sink again (an upgrade that gives an upsert sink new
+    columns): its high-water marks go back to the checkpoint's cut, so their commits are not deduplicated,
+    and its table gains the declared columns. Its rows stay: each replayed key's row is replaced."""
+    target = target_of(s, sink)
+    if getattr(target, "in_catalog", False):
+        target.evolve_in(s)
+    elif hasattr(target, "evolve_in"):  # a table in another database: its own transaction, before the marks
+        with target.engine.begin() as conn:
+            target.evolve_in(conn)
+    set_watermarks(s, job, sink.name, cut, checkpoint_id)
+
+
 def abort(txn: SinkTransaction) -> None:
     txn.status, txn.finished_at = SinkTxnStatus.ABORTED, utcnow()
 
@@ -220,13 +233,17 @@ def way_past(s: Session, job: str, checkpoint_id: int) -> str:
     return f"replay its epoch from an earlier checkpoint with `absreplay recover {job} {where}`"
 
 
-def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None = None) -> tuple[list[int], list[int]]:
+def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None = None,
+           commit_replayed: bool = True) -> tuple[list[int], list[int]]:
     """Commit the staged transactions of completed checkpoints (in order) and abort the failed ones'.
 
     Returns (committed ids, aborted ids). A staged transaction of a still
     PENDING checkpoint stops the commits: later ones must wait for it.
     ``replayed_after``: a recovery is about to replay every epoch after this checkpoint, so a
     transaction after it whose files fail verification is aborted (its epoch is redone), not raised.
+    ``commit_replayed`` False (an upgrade): every transaction after ``replayed_after`` is aborted, since its
+    rows have the old version's columns and its epoch is redone with the new one. A sink no longer declared
+    keeps its staged transactions: nothing commits them.
     """
     job = job_definition.name
     specs = {sink.name: sink for sink in job_definition.sinks}
@@ -243,7 +260,10 @@ def settle(s: Session, job_definition: JobDefinition, replayed_after: int | None
     blocked = False
     deferred: dict[str, list[tuple[int, pa.Table]]] = {}
     for txn, status in rows:
-        if status == CheckpointStatus.FAILED:
+        if txn.sink not in specs:
+            continue
+        if status == CheckpointStatus.FAILED or (
+                not commit_replayed and replayed_after is not None and txn.checkpoint_id > replayed_after):
             abort(txn)
             aborted.append(txn.checkpoint_id)
         elif status == CheckpointStatus.PENDING:

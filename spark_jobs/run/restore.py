@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator.checkpoints import rescale, state_chain
+from coordinator.checkpoints import job_plan, rescale, state_chain, upgrade
 from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
@@ -104,7 +104,15 @@ class StateRestorer:
         acks = self.store.acks(job.name, checkpoint_id)
         states, links, lengths = {}, {}, {}
         all_heads: dict[int, int] = {}
+        fresh = self.fresh(checkpoint_id)
         for spec in job.states:
+            if spec.operator in fresh:  # new since the checkpoint, or its state no longer reads: built anew
+                log(f"  {spec.operator}: not in checkpoint {checkpoint_id}'s version of the job as it is now: "
+                    f"its state starts empty")
+                states[spec.operator] = None if spec.operator in skip else self.flow.empty_state(self.spark,
+                                                                                                  spec.operator)
+                links[spec.operator], lengths[spec.operator] = [], 0
+                continue
             acked = sorted({a.subtask for a in acks if a.operator == spec.operator})
             if acked != list(range(taken_at)):
                 raise StateIntegrityError(
@@ -126,6 +134,12 @@ class StateRestorer:
                       if spec.kind == "window" or ttl.event_ttl(self.flow.nodes[spec.operator]) is not None}
         return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
                         parallelism=taken_at, watermarks=watermarks)
+
+    def fresh(self, checkpoint_id: int) -> set[str]:
+        """The operators whose state a restore of ``checkpoint_id`` into the job as declared now starts empty
+        (an upgrade's plan: ``coordinator.checkpoints.upgrade``); none when the job is as it was then."""
+        found = job_plan.plan(self.store, self.job, checkpoint_id)
+        return upgrade.fresh_operators(found) if found.needs_upgrade else set()
 
     def restore_weak(self, point: int | None, heads: dict[str, int | None], skip: set[str] = frozenset()) -> Restored:
         """A weak-consistency job (``coordinator.checkpoints.weak``): each operator's state at its own
