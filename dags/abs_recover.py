@@ -2,7 +2,7 @@
 
 Wiring only. ``validate_request`` checks the form against the catalog (reads
 only) and pins the checkpoint; ``run_recovery`` calls the command line's
-recovery entry (``absreplay recover`` or ``absreplay rewind``) and fails with
+recovery entry (``absreplay recover``, ``rewind`` or ``upgrade``) and fails with
 its message when it fails, and emits an event of each sink's asset it committed to
 (``sink_assets.publish_sink_commits``). Bad input fails the run without a retry.
 
@@ -39,13 +39,17 @@ Manual only. Fill in the form:
   fix): the sinks' later output is replaced, not duplicated. Needs mode `full`.
 - **fallback** — if a state file of the checkpoint is missing or corrupt,
   recover from the previous completed checkpoint instead (the recovery row says so).
+- **upgrade** — take the job on to its changed declaration (`absreplay plan {job}`
+  says what changed): state it can read is carried over, the rest is rebuilt by
+  replaying the input from the checkpoint given, or from the start of the input when
+  it is empty. Needs mode `full`, rewind and fallback off.
 
 A refused request (a checkpoint that is not COMPLETED, a processing run holding
 the job's lease) changes nothing and is a `REFUSED` row in `recoveries` with
 its reason and this run's id.
 
-The run calls `absreplay recover {job} --checkpoint N --mode M` or
-`absreplay rewind {job} --to N`; the recovery is audited in the catalog
+The run calls `absreplay recover {job} --checkpoint N --mode M`,
+`absreplay rewind {job} --to N` or `absreplay upgrade {job} --from-checkpoint N` (`--from-start`); the recovery is audited in the catalog
 (`absreplay recoveries {job}`, or `SELECT * FROM recoveries`).
 Find checkpoint ids with `absreplay checkpoints {job}` or the `snapshot_history` view.
 
@@ -69,6 +73,9 @@ PARAMS = {
                     description="Reprocess every epoch after the checkpoint, replacing the sinks' later output."),
     "fallback": Param(False, type="boolean", title="Fallback",
                       description="If a state file is missing or corrupt, recover from the previous completed checkpoint."),
+    "upgrade": Param(False, type="boolean", title="Upgrade",
+                     description="Take the changed job on to its declaration, rebuilding from the checkpoint "
+                                 "(empty: the start of the input)."),
 }
 
 
@@ -90,7 +97,7 @@ def recover_dag(job: JobDefinition) -> DAG:
             assert params is not None
             request = orchestration.run_in_task(
                 orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"],
-                params.get("fallback", False), run_id,
+                params.get("fallback", False), run_id, params.get("upgrade", False),
             )
             print(f"recovery request: {request}")
             return request

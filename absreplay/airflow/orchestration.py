@@ -43,6 +43,7 @@ from coordinator.settings import Settings
 if TYPE_CHECKING:
     from absreplay.commands.context import JobContext
     from coordinator.checkpoints.store import CheckpointStore
+    from coordinator.dataflow.jobs import JobDefinition
 
 DATABASE_URL_VARIABLE = "abs_database_url"
 SNAPSHOT_MODES = ("async", "sync", "none")
@@ -289,9 +290,14 @@ class RecoveryRequest:
     fallback: bool = False
     #: the recover DAG's run that asks: its recoveries row (or refusal) names it
     airflow_run_id: str | None = None
+    #: take the job on to its changed declaration, rebuilding from checkpoint_id (None: the start of the input)
+    upgrade: bool = False
 
     def cli_args(self) -> list[str]:
-        if self.rewind:
+        if self.upgrade:
+            start = ["--from-checkpoint", str(self.checkpoint_id)] if self.checkpoint_id else ["--from-start"]
+            args = ["upgrade", self.job, *start]
+        elif self.rewind:
             args = ["rewind", self.job, "--to", str(self.checkpoint_id)]
         else:
             checkpoint = ["--checkpoint", str(self.checkpoint_id)] if self.checkpoint_id is not None else []
@@ -310,22 +316,48 @@ class RecoveryCommandError(AbsError):
 
 def validate_recovery(
     settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any = False,
-    airflow_run_id: str | None = None,
+    airflow_run_id: str | None = None, upgrade: Any = False,
 ) -> dict[str, Any]:
     """Check a recovery request against the catalog and pin the checkpoint it restores; a refusal is
-    recorded in ``recoveries`` with its reason (REFUSED) and raised."""
+    recorded in ``recoveries`` with its reason (REFUSED) and raised. With ``upgrade``, the request takes the
+    changed job on to its declaration (``absreplay upgrade``), rebuilding from ``checkpoint`` (empty: the start)."""
     from coordinator.checkpoints import recovery
 
-    get_job(job)
+    definition = get_job(job)
     try:
+        if upgrade is not False:
+            return _validated_upgrade(settings, definition, checkpoint, mode, rewind, fallback, upgrade,
+                                      airflow_run_id)
         return _validated(settings, job, checkpoint, mode, rewind, fallback, airflow_run_id)
     except AbsError as exc:
         if recovery.is_refusal(exc):
             with _store(settings) as store:
                 requested = checkpoint if is_checkpoint_id(checkpoint) else None
-                recovery.refuse(store, job, "rewind" if rewind is True else "recover", str(mode), requested,
-                                str(exc), airflow_run_id)
+                kind = "upgrade" if upgrade is True else "rewind" if rewind is True else "recover"
+                recovery.refuse(store, job, kind, str(mode), requested, str(exc), airflow_run_id)
         raise
+
+
+def _validated_upgrade(settings: Settings, job: JobDefinition, checkpoint: Any, mode: Any, rewind: Any,
+                       fallback: Any, upgrade: Any, airflow_run_id: str | None) -> dict[str, Any]:
+    """What ``absreplay upgrade`` itself refuses (``upgrade.start_point``), checked before its run starts; a
+    changed job whose upgrade was stopped after its reset passes: the command carries it on."""
+    from coordinator.checkpoints import job_plan
+    from coordinator.checkpoints import upgrade as upgrades
+
+    if upgrade is not True:
+        raise UsageError(f"upgrade must be true or false, not {upgrade!r}")
+    if rewind is not False or fallback is not False or mode != "full":
+        raise UsageError("upgrade replays every task from where it rebuilds: leave rewind and fallback off and "
+                         "mode 'full'")
+    if checkpoint is not None and not is_checkpoint_id(checkpoint):
+        raise UsageError(f"checkpoint must be a whole number from 1 to {BIGINT_MAX}, or empty to rebuild from the "
+                         f"start of the input; got {checkpoint!r}")
+    with _store(settings) as store:
+        found = job_plan.plan(store, job)
+        if found.needs_upgrade and not job_plan.under_way(store, job.name, found.to_version, found.checkpoint_id):
+            upgrades.start_point(store, job, found, checkpoint is None, checkpoint)
+    return asdict(RecoveryRequest(job.name, checkpoint, "full", False, False, airflow_run_id, upgrade=True))
 
 
 def is_checkpoint_id(value: Any) -> bool:

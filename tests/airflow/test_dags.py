@@ -93,10 +93,12 @@ def test_maintenance_maps_over_the_catalog_jobs(bag: DagBag) -> None:
 def test_recover_is_manual_with_defaults_latest_full_no_rewind(bag: DagBag) -> None:
     dag = bag.dags["abs_wordcount_recover"]
     assert dag.schedule is None
-    assert dag.params.validate() == {"checkpoint": None, "mode": "full", "rewind": False, "fallback": False}
+    assert dag.params.validate() == {"checkpoint": None, "mode": "full", "rewind": False, "fallback": False,
+                                     "upgrade": False}
     params = copy.deepcopy(dag.params)
     params.update({"checkpoint": 7, "mode": "partial", "rewind": True, "fallback": True})
-    assert params.validate() == {"checkpoint": 7, "mode": "partial", "rewind": True, "fallback": True}
+    assert params.validate() == {"checkpoint": 7, "mode": "partial", "rewind": True, "fallback": True,
+                                 "upgrade": False}
 
 
 @pytest.mark.parametrize(

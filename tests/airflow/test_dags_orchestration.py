@@ -191,7 +191,7 @@ def history(ws: Workspace) -> Workspace:
 def test_recovery_defaults_to_the_latest_completed_checkpoint(history: Workspace) -> None:
     request = orchestration.validate_recovery(history.settings, "wordcount", None, "full", False)
     assert request == {"job": "wordcount", "checkpoint_id": 3, "mode": "full", "rewind": False, "fallback": False,
-                       "airflow_run_id": None}
+                       "airflow_run_id": None, "upgrade": False}
     assert orchestration.RecoveryRequest(**request).cli_args() == [
         "recover", "wordcount", "--checkpoint", "3", "--mode", "full"]
     rewind = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", True)
@@ -235,6 +235,40 @@ def test_bad_recovery_requests_say_why_and_change_nothing(history: Workspace) ->
     assert [r["result"] for r in refused] == ["REFUSED"] * len(BAD_REQUESTS)
     for row, (_, _, _, message) in zip(refused, BAD_REQUESTS, strict=True):
         assert re.search(message, row["detail"]), (row, message)
+
+
+def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_recovery(history: Workspace) -> None:
+    """The form's upgrade: the job's tokenizer changed since checkpoint 3 (its version, edited in the catalog),
+    so the counts are rebuilt from the checkpoint given, or from the start of the input."""
+    import json
+
+    from absreplay.job_discovery import get_job
+    from coordinator.dataflow.versions import describe
+
+    old = describe(get_job("wordcount"))
+    old["params"]["tokenize"]["code"] = "0" * 12
+    with history.store.engine.begin() as c:
+        c.execute(text("INSERT INTO job_versions (job, digest, summary, parts, first_run_at) "
+                       "VALUES ('wordcount', 'old-tokenizer', 'before the fix', :parts, :now)"),
+                  {"parts": json.dumps(old), "now": utcnow()})
+        c.execute(text("UPDATE checkpoints SET job_version = 'old-tokenizer' WHERE checkpoint_id = 3"))
+    request = orchestration.validate_recovery(history.settings, "wordcount", None, "full", False, upgrade=True)
+    assert orchestration.RecoveryRequest(**request).cli_args() == ["upgrade", "wordcount", "--from-start"]
+    request = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False, False, "manual__1",
+                                              True)
+    assert orchestration.RecoveryRequest(**request).cli_args() == [
+        "upgrade", "wordcount", "--from-checkpoint", "3", "--airflow-run-id", "manual__1"]
+    before = catalog_snapshot(history)
+    for checkpoint, rewind, upgrade, message in [
+            (2, False, True, r"checkpoint 2 of job 'wordcount' is FAILED"),
+            (3, True, True, "leave rewind and fallback off and mode 'full'"),
+            (0, False, True, "checkpoint must be a whole number from 1 to 9223372036854775807, or empty to rebuild"),
+            (3, False, "yes", "upgrade must be true or false")]:
+        with pytest.raises(UsageError, match=message):
+            orchestration.validate_recovery(history.settings, "wordcount", checkpoint, "full", rewind, upgrade=upgrade)
+    assert catalog_snapshot(history) == before
+    assert [(r["kind"], r["result"]) for r in recovery.history(history.store, "wordcount")] == [
+        ("upgrade", "REFUSED")] * 3 + [("recover", "REFUSED")]
 
 
 def test_recovery_before_any_completed_checkpoint_starts_from_the_sources(ws: Workspace) -> None:
