@@ -311,6 +311,36 @@ def test_a_checkpoint_id_past_the_catalogs_fails_the_recover_task_once_with_the_
 
 
 
+def test_the_recover_form_upgrades_a_changed_job_from_the_start_of_its_input(dags: dict, ws: Workspace) -> None:
+    """The form's upgrade box: wordcount's tokenizer changed since its checkpoints (their version, edited in the
+    catalog), so `absreplay upgrade --from-start` replays every epoch into the job as declared; the run
+    succeeds, its upgrade is a row naming this Airflow run, and the counts equal a recount (``tests/sink_check``)."""
+    from absreplay.airflow import orchestration
+    from absreplay.job_discovery import get_job
+    from coordinator.checkpoints import recovery
+    from coordinator.dataflow.versions import describe
+    from sqlalchemy import text
+
+    for batch in range(2):
+        ws.land(batch, lines=20, partitions=1)
+        orchestration.inject_barrier(ws.settings, "wordcount")
+        ws.complete(batch + 1)
+    old = describe(get_job("wordcount"))
+    old["params"]["tokenize"]["code"] = "0" * 12
+    with ws.store.engine.begin() as c:
+        c.execute(text("INSERT INTO job_versions (job, digest, summary, parts, first_run_at) "
+                       "VALUES ('wordcount', 'old-tokenizer', 'before the fix', :parts, now())"),
+                  {"parts": json.dumps(old)})
+        c.execute(text("UPDATE checkpoints SET job_version = 'old-tokenizer'"))
+    run = dags["abs_wordcount_recover"].test(run_conf={"upgrade": True})
+    assert run.state == "success"
+    [row] = recovery.history(ws.store, "wordcount", run.run_id)
+    assert (row["kind"], row["result"]) == ("upgrade", "SUCCEEDED"), row
+    with ws.store.engine.connect() as c:
+        assert c.execute(text("SELECT requested_by, replayed_from FROM upgrades")).one() == (run.run_id, 0)
+    assert ws.committed() == ws.expected_latest() and ws.committed()
+
+
 @pytest.fixture
 def s3(tmp_path: Path):
     from tests.servers.s3 import s3_server

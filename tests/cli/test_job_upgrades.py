@@ -207,3 +207,18 @@ def test_a_removed_operator_needs_no_upgrade_and_runs_on_through_a_crash(job, sp
     job.ok("recover", "clicks", spark=spark)
     assert job.table("SELECT user, clicks FROM clicks_per_user") == {"u0": 6, "u1": 6, "u2": 6}
     assert job.table("SELECT page, clicks FROM clicks_per_page") == {"p0": 6, "p1": 6}  # kept, no longer fed
+
+
+@pytest.mark.sink_unchecked("pages built from checkpoint 1, once the input before it was deleted: judged by the test")
+def test_an_upgrade_whose_input_is_gone_is_refused_and_can_start_later(job, spark) -> None:
+    ran(job, spark, range(3))
+    (job.ws.input_dir / "p0" / "seg-0.jsonl").unlink()  # before checkpoint 1's cut: a run no longer needs it
+    job.declare(pages=PAGES)
+    refused = job.cli("upgrade", "clicks", spark=spark)
+    assert refused.code == 2, refused.out + refused.err
+    assert "seg-0.jsonl" in refused.err and "--from-checkpoint N" in refused.err, refused.err
+    assert [r["result"] for r in job.upgrades()] == ["REFUSED"]
+    assert [str(c.status) for c in job.ws.store.checkpoints("clicks")] == ["COMPLETED"] * 3
+    job.ok("upgrade", "clicks", "--from-checkpoint", "1", spark=spark)
+    assert job.table("SELECT page, clicks FROM clicks_per_page") == {"p0": 6, "p1": 6}
+    assert job.table("SELECT user, clicks FROM clicks_per_user") == {"u0": 6, "u1": 6, "u2": 6}
