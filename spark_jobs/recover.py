@@ -53,7 +53,9 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
                  request: RecoveryRequest, snapshot_mode: SnapshotMode) -> RunReport:
     recovery_id = recovery.start(store, job.name, request.kind, request.mode, request.checkpoint,
                                  request.airflow_run_id)
-    log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from checkpoint {request.checkpoint or 'latest'}")
+    start = f"checkpoint {request.checkpoint}" if request.checkpoint else \
+        "the start of the input" if request.kind is RecoveryKind.UPGRADE else "the latest checkpoint"
+    log(f"{job.name}: {request.kind} #{recovery_id} ({request.mode}) from {start}")
     plan = None
     try:
         target = recovery.validate(store, job.name, request.kind, request.mode, request.checkpoint)
@@ -106,7 +108,7 @@ def run_recovery(spark: SparkSession, store: CheckpointStore, job: JobDefinition
                                      upgrade.row(plan, recovery_id, target or 0, request.airflow_run_id)
                                      if plan is not None else None)
         notes.append(
-            f"restored checkpoint {target}; superseded {reset.superseded or 'none'}; "
+            f"restored checkpoint {target or 'none'}; superseded {reset.superseded or 'none'}; "
             f"replays {sorted(reset.replays) or 'none'}; sink: committed {reset.committed or 'none'}, "
             f"aborted {reset.aborted or 'none'}, reverted rows {reset.reverted_rows}"
         )

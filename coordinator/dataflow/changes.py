@@ -29,6 +29,9 @@ _EFFECTS = {
     ("state", Change.NEW): "state built from the input",
     ("state", Change.COMPATIBLE): "new columns built from the input, the others carried over",
     ("state", Change.INCOMPATIBLE): "state cannot be carried over: rebuilt from the start you choose",
+    # its input changed, not its state's shape: a checkpoint's state of it still reads
+    ("readable state", Change.INCOMPATIBLE): "rebuilt from the start you choose (a checkpoint's state of it "
+                                             "restored, the input after it replayed)",
     ("state", Change.REMOVED): "state kept in the checkpoints that hold it until they expire",
     ("stateless", Change.UNCHANGED): "no state",
     ("stateless", Change.NEW): "runs on the replayed input",
@@ -100,8 +103,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> JobChanges:
             upstream = _changed_upstream(name, after, changes)
             if upstream:
                 changes[name] = (Change.INCOMPATIBLE, f"fed by {upstream}, which changed incompatibly")
-    parts = [PartChange("operator", name, change, detail, _EFFECTS[(_role(after[name]), change)], restorable[name])
-             for name, (change, detail) in changes.items()]
+    parts = [PartChange("operator", name, change, detail, _EFFECTS[_effect(after[name], change, restorable[name])],
+                        restorable[name]) for name, (change, detail) in changes.items()]
     parts += [PartChange("operator", name, Change.REMOVED, "", _EFFECTS[(_role(op), Change.REMOVED)])
               for name, op in before.items() if name not in after]
     old_sinks, new_sinks = ({s["name"]: s for s in p["sinks"]} for p in (old, new))
@@ -117,6 +120,11 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> JobChanges:
     parts += [PartChange("sink", name, Change.REMOVED, "", _EFFECTS[("sink", Change.REMOVED)])
               for name in old_sinks if name not in new_sinks]
     return JobChanges(tuple(parts))
+
+
+def _effect(op: dict[str, Any], change: Change, restorable: bool) -> tuple[str, Change]:
+    role = _role(op)
+    return ("readable state" if role == "state" and change is Change.INCOMPATIBLE and restorable else role), change
 
 
 def _operators(parts: dict[str, Any]) -> dict[str, dict[str, Any]]:
