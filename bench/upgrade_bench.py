@@ -26,26 +26,18 @@ from pathlib import Path
 from unittest import mock
 
 from rich.console import Console
-from sqlalchemy import text
 from rich.table import Table
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from absreplay_examples.clicks_versions import PAGES, job_file  # noqa: E402
+
 console = Console(width=160)
 
-FILE = """import absreplay.api as abs
-
-job = abs.Job("clicks", parallelism=2)
-clicks = job.source("clicks", abs.json_lines({{"user": str, "page": str, "ts": int}}, time="ts"))
-clicks.filter("valid", lambda df: df.where(df.page != "{skip}")).key_by({key}).aggregate(
-    "per_user", clicks=abs.count(){last}).sink("{sink}", abs.SqlTable("{table}"))
-{pages}"""
-PAGES = """clicks.key_by("page", str).aggregate("per_page", clicks=abs.count()).sink(
-    "pages", abs.SqlTable("clicks_per_page"))
-"""
-V1 = {"skip": "none", "key": '"user", str', "last": "", "pages": "", "sink": "totals", "table": "clicks_per_user"}
-#: class -> (version 1's parts over V1, version 2's over V1, the upgrade's arguments: None when none is made)
+#: class -> (version 1's parts, version 2's (each over the first version's), the upgrade's arguments: None
+#: when none is made)
 CLASSES = {
     "new aggregate column": ({}, {"last": ', last=abs.max("ts")'}, []),
     "new operator and sink": ({}, {"pages": PAGES}, []),
@@ -98,7 +90,7 @@ def measure(spark, base: Path, name: str, epochs: int, records: int) -> dict:
     def declare(version: int, parts: dict[str, str]) -> None:
         jobs = home / f"jobs-{version}"
         jobs.mkdir(parents=True)
-        (jobs / "clicks.py").write_text(FILE.format(**{**V1, **parts}))
+        (jobs / "clicks.py").write_text(job_file(**parts))
         env["ABS_JOBS_DIR"] = str(jobs)
 
     cli = Cli(spark, env)

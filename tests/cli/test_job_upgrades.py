@@ -16,18 +16,7 @@ from tests import clicks_data
 from tests.catalog.test_job_versions import clicks
 from tests.helpers import cli, cli_ok, crash, kill_when, make_workspace, start
 from tests.sink_check import marks_of
-
-FILE = """import absreplay.api as abs
-
-job = abs.Job("clicks", parallelism=2)
-clicks = job.source("clicks", abs.json_lines({{"user": str, "page": str, "ts": int}}, time="ts"))
-clicks.filter("valid", lambda df: df.where(df.page != "{skip}")).key_by({key}).aggregate(
-    "per_user", clicks=abs.count(){last}).sink("{sink}", abs.SqlTable("{table}"))
-{pages}"""
-PAGES = """clicks.key_by("page", str).aggregate("per_page", clicks=abs.count()).sink(
-    "pages", abs.SqlTable("clicks_per_page"))
-"""
-V1 = {"skip": "none", "key": '"user", str', "last": "", "pages": "", "sink": "totals", "table": "clicks_per_user"}
+from absreplay_examples.clicks_versions import PAGES, job_file
 
 
 class Clicks:
@@ -45,7 +34,7 @@ class Clicks:
         self.versions += 1
         jobs = self.tmp_path / f"jobs-{self.versions}"
         jobs.mkdir()
-        (jobs / "clicks.py").write_text(FILE.format(**{**V1, **parts}))
+        (jobs / "clicks.py").write_text(job_file(**parts))
         self.env["ABS_JOBS_DIR"] = str(jobs)
 
     def land(self, n: int) -> None:
