@@ -300,15 +300,18 @@ def upgrade(
     ctx = job_context(job)
     weak.refuse(ctx.job, "upgrade")
     found = job_plan.plan(ctx.store, ctx.job)
-    if not found.needs_upgrade or job_plan.under_way(ctx.store, job, found.to_version, found.checkpoint_id):
-        # nothing to change, or an upgrade reset the job and was stopped: its replays are pending epochs
+    stopped = upgrades.unfinished(ctx.store, job, found.to_version)
+    if stopped is not None and (not found.needs_upgrade or job_plan.under_way(
+            ctx.store, job, found.to_version, found.checkpoint_id)):
+        # an upgrade reset the job and was stopped: its replays are pending epochs, or their commits staged
+        out.print(f"{job}: carrying on upgrade #{stopped} to version {found.to_version}")
         if _has_pending(ctx):
-            out.print(f"{job}: carrying on the upgrade to version {found.to_version}: processing its pending epochs")
             process(job, snapshot_mode=snapshot_mode, restore_from=None, parallelism=parallelism)
-            finalize(job)  # the replays' sink commits, as the upgrade's own run makes them
-            upgrades.resumed(ctx.store, job, found.to_version)
-        else:
-            out.print(f"{job}: nothing to upgrade: {found.next_step}")
+        finalize(job)  # the replays' sink commits, as the upgrade's own run makes them
+        upgrades.resumed(ctx.store, job, stopped)
+        return
+    if not found.needs_upgrade:
+        out.print(f"{job}: nothing to upgrade: {found.next_step}")
         return
     plan_view.print_plan(out, found)
     with recovery.refusals_recorded(ctx.store, job, "upgrade", "full", from_checkpoint, airflow_run_id):

@@ -120,15 +120,18 @@ def _user() -> str:
         return "unknown"
 
 
-def resumed(store: CheckpointStore, job: str, to_version: str) -> None:
-    """The newest upgrade to ``to_version``, stopped after its reset (its row RUNNING when the process was
-    killed, FAILED when it raised) and carried on by a later processing run of its replays: it ends SUCCEEDED,
-    saying so, since what it set out to build is now built."""
+def unfinished(store: CheckpointStore, job: str, to_version: str) -> int | None:
+    """The recovery id of the newest upgrade to ``to_version`` if it stopped after its reset (its row RUNNING
+    when the process was killed, FAILED when it raised): its replays, or their sink commits, are still to do."""
     with store.sessions() as s:
         found = s.execute(select(Recovery.id, Recovery.result).join(Upgrade, Upgrade.recovery_id == Recovery.id)
                           .where(Upgrade.job == job, Upgrade.to_version == to_version)
                           .order_by(Recovery.id.desc()).limit(1)).first()
-    if found is not None and found.result != RecoveryResult.SUCCEEDED:
-        recovery.finish(store, found.id, RecoveryResult.SUCCEEDED,
-                        detail=f"stopped after its reset ({found.result}); its replays were processed by a later "
-                               f"`absreplay upgrade {job}`")
+    return found.id if found is not None and found.result != RecoveryResult.SUCCEEDED else None
+
+
+def resumed(store: CheckpointStore, job: str, recovery_id: int) -> None:
+    """An unfinished upgrade carried on by a later `absreplay upgrade`: it ends SUCCEEDED, saying so, since
+    what it set out to build is now built."""
+    recovery.finish(store, recovery_id, RecoveryResult.SUCCEEDED,
+                    detail=f"stopped after its reset; its replays were processed by a later `absreplay upgrade {job}`")
