@@ -13,7 +13,6 @@ the I/O, as in python-hyper/h2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 
 from coordinator.errors import IllegalTransitionError
@@ -94,38 +93,3 @@ def ack_result(status: CheckpointStatus | None, already_acked: bool) -> AckResul
         return AckResult.SUCCESS
     # A late ack for a checkpoint that already failed or was subsumed.
     return AckResult.DISCARDED
-
-
-@dataclass
-class PendingCheckpoint:
-    """A triggered checkpoint collecting acks; becomes completed only when fully acked."""
-
-    checkpoint_id: int
-    tasks: frozenset[str]
-    acked: set[str] = field(default_factory=set)
-    status: CheckpointStatus = CheckpointStatus.PENDING
-    failure_reason: FailureReason | None = None
-
-    @property
-    def is_fully_acknowledged(self) -> bool:
-        return self.acked >= self.tasks
-
-    def acknowledge(self, task: str) -> AckResult:
-        if task not in self.tasks:
-            return AckResult.UNKNOWN
-        result = ack_result(self.status, task in self.acked)
-        if result is AckResult.SUCCESS:
-            self.acked.add(task)
-        return result
-
-    def complete(self) -> None:
-        if not self.is_fully_acknowledged:
-            missing = sorted(self.tasks - self.acked)
-            raise IllegalTransitionError(
-                f"checkpoint {self.checkpoint_id} is missing acks from {', '.join(missing)}"
-            )
-        self.status = transition(self.status, CheckpointEvent.COMPLETE)
-
-    def fail(self, reason: FailureReason) -> None:
-        self.status = transition(self.status, CheckpointEvent.FAIL)
-        self.failure_reason = reason
