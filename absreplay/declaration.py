@@ -47,7 +47,7 @@ class Aggregate:
 @checked_keywords()
 @dataclass(frozen=True)
 class Loop:
-    """An iterate loop (DESIGN.md section 3, "Cycles") whose head keeps keyed state.
+    """An iterate loop (docs/jobs.md, "Cyclic dataflows") whose head keeps keyed state.
 
     Each round: ``head(state, records, messages, checkpoint_id)`` returns the new state with a
     boolean ``active`` column (``records``: the epoch's input on the first round, None later;

@@ -1,4 +1,4 @@
-"""connected_components (DESIGN.md section 8): edge lines -> label propagation in an iterate loop -> SQL.
+"""connected_components (docs/jobs.md, "Cyclic dataflows"): edge lines -> label propagation in an iterate loop -> SQL.
 
 Records are lines ``src dst``: two integer vertex ids (64-bit, optional sign)
 separated by spaces or tabs; any other line is a dead letter at inject, with

@@ -1,4 +1,4 @@
-"""`absreplay`: the command line of ABS Replay (the public contract of DESIGN.md section 7).
+"""`absreplay`: the command line of ABS Replay (its public contract: docs/operations.md, "Command line").
 
 Exit codes: 0 ok, 2 usage or bad input (nothing written; a refused recover or rewind is a REFUSED row), 1 failure.
 """
@@ -412,7 +412,7 @@ ClickUsageError = typer.BadParameter.__base__
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: usage errors (a bad option or argument, a number out of range) and ABS Replay's own
-    errors are one line (DESIGN.md section 7), not click's usage block and framed panel."""
+    errors are one line (docs/operations.md: exit codes), not click's usage block and framed panel."""
     try:
         code = app(args=argv, prog_name="absreplay", standalone_mode=False)
     except ClickUsageError as exc:

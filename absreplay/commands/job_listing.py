@@ -25,7 +25,7 @@ from coordinator.dataflow.graph import Edge, JobGraph, Partitioning
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec
 
 CONNECTORS = {Partitioning.FORWARD: "->", Partitioning.HASH: "=>", Partitioning.BROADCAST: "=>>"}
-#: the edge that returns a loop's records to its head (DESIGN.md section 1, back-edges)
+#: the edge that returns a loop's records to its head (a back-edge: ``coordinator.dataflow.graph``)
 BACK_EDGE = "~>"
 LEGEND = "edges: -> forward, => hash (a shuffle), =>> broadcast, ~> the loop's back-edge"
 

@@ -1,7 +1,8 @@
 """Back-edge logs in the catalog: one ``back_edge_logs`` row per loop-tail subtask and checkpoint.
 
 Back-edge log n holds the records still circulating in a loop when epoch n
-ended (DESIGN.md section 1). It is part of checkpoint n: the Spark side writes
+ended (the paper's back-edge records, which a snapshot of a cyclic graph must
+hold). It is part of checkpoint n: the Spark side writes
 it as Parquet under ``chk-n/<loop tail>/subtask=<i>/`` and its row (uri,
 records, bytes, checksum) goes into the catalog in the same transaction as
 that subtask's acks (``CheckpointStore.ack_many_with_back_edge_logs``), so a

@@ -3,8 +3,8 @@
 A job declares a loop with ``iterate(head, body, tail)``; the result carries
 the loop's operators and edges (head -> body... -> tail, then tail -> head).
 Nothing marks the last edge as special: the execution graph finds it as a
-back-edge by DFS (``coordinator.dataflow.graph.find_back_edges``), as DESIGN.md section
-1 says, and ``check_loop`` refuses a job graph in which that analysis does not
+back-edge by DFS (``coordinator.dataflow.graph.find_back_edges``), as the paper's
+cyclic graphs do, and ``check_loop`` refuses a job graph in which that analysis does not
 find exactly the loop's feedback edge (for instance a body that also feeds an
 operator upstream of the head, which would make another cycle).
 

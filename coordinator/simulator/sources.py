@@ -1,7 +1,7 @@
 """Source tasks' inputs: finite, replayable lists with barriers placed at the cut.
 
 Barrier n sits before the record at offset ``cut_n[source]``: epoch n is the
-records with cut_{n-1} <= offset < cut_n, as in DESIGN.md.
+records with cut_{n-1} <= offset < cut_n, as a job's epochs are (``coordinator.sources``).
 """
 
 from __future__ import annotations

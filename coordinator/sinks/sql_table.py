@@ -239,7 +239,7 @@ class SqlTableTarget:
         copied = conn.dialect.name == "postgresql"  # else one prepared upsert per row (SQLite)
         if self.key is not None and not copied:
             # in key order, SQLite's upserts walk its primary key's B-tree from one end to the other instead
-            # of jumping about it: 300,000 upserts into a table of 700,000 rows took 0.75 s against 2.53 s
+            # of jumping about it, touching each page once
             rows = rows.sort_by([(c, "ascending") for c in self.key])
         if "checkpoint_id" in rows.column_names:
             data = [rows.column(c).to_pylist() for c in cols]

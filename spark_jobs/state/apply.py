@@ -118,8 +118,8 @@ def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFr
     for delta in deltas or ():  # an earlier attempt's files (at another parallelism, say) are not this one's
         state_files.delete_dir(delta)
 
-    # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``): in
-    # Spark, that was 10 times the rows through Arrow to the Python worker (0.4 s of a catch-up's 0.6 s apply)
+    # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``):
+    # unpivoted in Spark, ten times the rows would cross Arrow to the Python worker
     apply = store_tasks.apply_task(state.at, state.operator, state.events, SUBTASK, ids, deltas, merged, PRESENT)
     applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     # where the metrics of ``carried`` are found once the job ran: the pinned RDD hides them from the job's own
