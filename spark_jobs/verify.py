@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from coordinator.checkpoints import rescale, run_plan, weak
+from coordinator.catalog import epochs as catalog_epochs
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
 from absreplay.job_discovery import get_job
@@ -114,19 +115,6 @@ def verify(spark: SparkSession, store: CheckpointStore, job: JobDefinition, sett
     return report
 
 
-def lineage(store: CheckpointStore, job: str, checkpoint_id: int) -> list[int]:
-    """The checkpoints whose epochs, in order, produced ``checkpoint_id``'s state (``epoch_start``)."""
-    chain = [checkpoint_id]
-    while True:
-        start = store.checkpoint(job, chain[0]).epoch_start
-        if start is None:
-            raise UsageError(f"checkpoint {chain[0]} of job {job!r} does not record where its epoch began "
-                             "(taken before revision 0006): its windows and joins cannot be replayed exactly")
-        if start == 0:
-            return chain
-        chain.insert(0, start)
-
-
 def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
               checkpoint_id: int) -> tuple[dict[str, DataFrame], int, int]:
     """Every operator's state at ``checkpoint_id`` from the sources alone: one epoch over every record
@@ -137,7 +125,8 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
     exact = any(st.kind in ("window", "join", "interval_join", "process") for st in job.states) or \
         fed_by_keyed(flow)
     exact = exact or ttl.has_ttl(flow.spec.nodes)  # a state TTL counts epochs
-    epochs = lineage(store, job.name, checkpoint_id) if exact else [checkpoint_id]
+    epochs = catalog_epochs.lineage(store, job.name, checkpoint_id, "its windows and joins cannot be replayed "
+                                    "exactly") if exact else [checkpoint_id]
     states = {st.operator: flow.empty_state(spark, st.operator) for st in job.states}
     watermarks: dict[str, int | None] = {}
     back_edge = None

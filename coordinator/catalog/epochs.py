@@ -1,16 +1,22 @@
 """Epochs of a job's checkpoints, from the catalog: the epoch each checkpoint is (a replay re-does its
 original's, and after a recovery ids no longer follow the epochs' order), the checkpoints whose epochs come
 after one (what a rewind takes out of an append sink), and the records each checkpoint's commit carries
-(the view, ``absreplay report`` and the dead-letter share read them through ``coordinator.catalog.audit``)."""
+(the view, ``absreplay report`` and the dead-letter share read them through ``coordinator.catalog.audit``),
+and the lineage of epochs that produced a checkpoint's state (a state TTL counts along it, verify replays it)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
 from coordinator.catalog.models import Checkpoint, SourceCut
 from coordinator.checkpoints.lifecycle import CheckpointStatus
+from coordinator.errors import UsageError
+
+if TYPE_CHECKING:
+    from coordinator.checkpoints.store import CheckpointStore
 
 
 def original_checkpoint(replay_of: dict[int, int | None], checkpoint_id: int) -> int:
@@ -82,3 +88,25 @@ def failed(c, job: str) -> set[int]:
 def records(c, job: str) -> dict[int, int]:
     """The records each checkpoint's commit carries (``epoch_records``)."""
     return epoch_records(cuts(c, job), replays(c, job), failed(c, job))
+
+
+def lineage(store: CheckpointStore, job: str, checkpoint_id: int | None,
+            needed_for: str = "the epochs a state TTL counts are unknown") -> list[int]:
+    """The checkpoints whose epochs, in order, produced ``checkpoint_id``'s state (``epoch_start``), in one
+    query; [] for the empty state (None or 0). UsageError when a checkpoint on the way does not record where
+    its epoch began (taken before revision 0006), saying what that leaves unknown (``needed_for``)."""
+    if not checkpoint_id:
+        return []
+    with store.sessions() as s:
+        starts = dict(s.execute(select(Checkpoint.checkpoint_id, Checkpoint.epoch_start).where(
+            Checkpoint.job == job)).tuples().all())
+    chain: list[int] = []
+    n = checkpoint_id
+    while n:
+        chain.append(n)
+        start = starts.get(n)
+        if start is None or start >= n:
+            raise UsageError(f"checkpoint {n} of job {job!r} does not record where its epoch began (taken before "
+                             f"revision 0006): {needed_for}")
+        n = start
+    return chain[::-1]

@@ -6,8 +6,8 @@ dropped by the epoch at depth d + N, unless that epoch writes it (it becomes a t
 ``coordinator.sinks.deletes``). "Written" is a touch: an aggregate's key that took a record, a process
 function's key it returned a row for (Flink's ``OnCreateAndWrite``); reading it does not touch it.
 
-Epochs are counted along the lineage (``Checkpoint.epoch_start``: the checkpoint whose cut starts each
-epoch), never by checkpoint ids nor by wall-clock time: a rewind's replays take new ids, a failed
+Epochs are counted along the lineage (``coordinator.catalog.epochs.lineage``, by ``Checkpoint.epoch_start``:
+the checkpoint whose cut starts each epoch), never by checkpoint ids nor by wall-clock time: a rewind's replays take new ids, a failed
 checkpoint's epoch still ran. Since checkpoint ids grow along a lineage and a row's ``updated`` is the id
 of the epoch that last wrote it, "untouched for N epochs" is one comparison: ``updated`` at or below the id
 N epochs back (``expire_through``). A restored operator replays the same lineage after its restore point,
@@ -24,13 +24,6 @@ replay drops the same ones, and ``verify`` recomputes the same epochs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from sqlalchemy import select
-
-from coordinator.catalog.models import Checkpoint
-from coordinator.checkpoints.store import CheckpointStore
-from coordinator.errors import UsageError
-
 
 #: the hidden state column of an event-time TTL: the newest event time (epoch ms) of the records that wrote the key
 EVENT_TIME = "ttl__event_ms"
@@ -71,27 +64,6 @@ def check_consistency(job: str, operators: Sequence[str], consistency: str) -> N
     if operators and consistency == "weak":
         raise ValueError(f"job {job!r}: state TTL ({', '.join(map(repr, operators))}) needs exactly-once "
                          "consistency: a weak job's operators have no common history of epochs to count")
-
-
-def lineage(store: CheckpointStore, job: str, checkpoint_id: int | None) -> list[int]:
-    """The checkpoints whose epochs, in order, produced ``checkpoint_id``'s state (``epoch_start``), in one
-    query; [] for the empty state (None or 0). UsageError when a checkpoint on the way does not record where
-    its epoch began (taken before revision 0006)."""
-    if not checkpoint_id:
-        return []
-    with store.sessions() as s:
-        starts = dict(s.execute(select(Checkpoint.checkpoint_id, Checkpoint.epoch_start).where(
-            Checkpoint.job == job)).tuples().all())
-    chain: list[int] = []
-    n = checkpoint_id
-    while n:
-        chain.append(n)
-        start = starts.get(n)
-        if start is None or start >= n:
-            raise UsageError(f"checkpoint {n} of job {job!r} does not record where its epoch began (taken before "
-                             "revision 0006): the epochs a state TTL counts are unknown")
-        n = start
-    return chain[::-1]
 
 
 def expire_through(before: Sequence[int], ttl_epochs: int) -> int | None:

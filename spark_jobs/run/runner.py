@@ -20,10 +20,10 @@ from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from coordinator.checkpoints import run_plan, weak
-from coordinator.dataflow import ttl as ttl_rules
 from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
 from coordinator.sources import delta_source, kafka_source, kinds, segment_changes, source
 from coordinator.faults import fault_point
+from coordinator.catalog import epochs as catalog_epochs
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
@@ -301,7 +301,7 @@ class EpochRunner:
             log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
         report.restore_s = time.perf_counter() - t0
         # a state TTL counts epochs along the restore point's lineage (``coordinator.dataflow.ttl``)
-        self.flow.expiry.start(ttl_rules.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
+        self.flow.expiry.start(catalog_epochs.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
             self.flow.spec.nodes) else [], self.max_parallelism)
         partitions = source.job_partitions(self.input_dir, self.job.source_names) + list(
             delta_source.partitions_of(self.job)) + sorted({

@@ -7,6 +7,7 @@ import pytest
 
 import absreplay.api as abs
 from absreplay.job_graph import output_schema, state_spec
+from coordinator.catalog import epochs
 from coordinator.dataflow import ttl
 from coordinator.errors import UsageError
 from coordinator.sinks.deletes import DELETE
@@ -107,9 +108,9 @@ def test_the_lineage_follows_epoch_starts_not_checkpoint_ids(tmp_path, sqlite_ur
         ws.coordinator.inject()
     # a first run took 1..4; a rewind to 2 replays epoch 3 as checkpoint 5
     ws.store.begin_attempt(ws.job.name, [1, 2, 3, 4, 5], "async", epoch_starts={1: 0, 2: 1, 3: 2, 4: 3, 5: 2})
-    assert ttl.lineage(ws.store, ws.job.name, 4) == [1, 2, 3, 4]
-    assert ttl.lineage(ws.store, ws.job.name, 5) == [1, 2, 5]
-    assert ttl.lineage(ws.store, ws.job.name, None) == [] == ttl.lineage(ws.store, ws.job.name, 0)
+    assert epochs.lineage(ws.store, ws.job.name, 4) == [1, 2, 3, 4]
+    assert epochs.lineage(ws.store, ws.job.name, 5) == [1, 2, 5]
+    assert epochs.lineage(ws.store, ws.job.name, None) == [] == epochs.lineage(ws.store, ws.job.name, 0)
 
 
 def test_a_lineage_without_epoch_starts_is_bad_input(tmp_path, sqlite_url: str) -> None:
@@ -119,4 +120,4 @@ def test_a_lineage_without_epoch_starts_is_bad_input(tmp_path, sqlite_url: str) 
         ws.coordinator.inject()
     ws.store.begin_attempt(ws.job.name, [2], "async", epoch_starts={2: 1})  # 1 records none
     with pytest.raises(UsageError, match="checkpoint 1 .* does not record where its epoch began"):
-        ttl.lineage(ws.store, ws.job.name, 2)
+        epochs.lineage(ws.store, ws.job.name, 2)
