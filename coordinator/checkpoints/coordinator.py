@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from coordinator.checkpoints import state_files, weak
+from coordinator.checkpoints import state_chain, state_files, weak
 from coordinator.sources import delta_source, id_store, kafka_source, kinds, segment_changes, source
 from coordinator.sinks import transactions as sinks
 from coordinator.catalog import audit
@@ -166,22 +166,19 @@ class CheckpointCoordinator:
         """
         checkpoints = self.store.checkpoints(self.job.name)
         keep = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.PENDING}
-        acks = self.store.all_acks(self.job.name)
-        base_of: dict[tuple[int, str, int], int | None] = {
-            # an incremental snapshot with no changed row has no file but is still a link of the chain
-            (a.checkpoint_id, a.operator, a.subtask): a.base_checkpoint_id for a in acks
-        }
+        # an incremental snapshot with no changed row has no file but is still a link of the chain
+        acks = {(a.checkpoint_id, a.operator, a.subtask): a for a in self.store.all_acks(self.job.name)}
         roots = {c.checkpoint_id for c in checkpoints if c.status == CheckpointStatus.COMPLETED}
         if self.job.consistency == "weak":
             roots |= {h for h in weak.heads(self.store, self.job).values() if h is not None}
         for root in sorted(roots):
             keep.add(root)
-            for (cid, op, sub), base in base_of.items():
-                if cid != root:
-                    continue
-                while base is not None:
-                    keep.add(base)
-                    base = base_of.get((base, op, sub))
+            for cid, op, sub in [k for k in acks if k[0] == root]:
+                try:
+                    keep.update(a.checkpoint_id for a in state_chain.walk(
+                        lambda c, op=op, sub=sub: acks.get((c, op, sub)), root))
+                except state_chain.MissingBase as missing:  # a broken chain: keep what it names all the same
+                    keep.add(missing.base)
         return keep
 
     def collect_garbage(self) -> list[str]:

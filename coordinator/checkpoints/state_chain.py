@@ -9,10 +9,43 @@ state` and `absreplay diff` read the same chain.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.errors import StateIntegrityError
+
+
+class _Snapshot(Protocol):
+    checkpoint_id: int
+    base_checkpoint_id: int | None
+
+
+A = TypeVar("A", bound=_Snapshot)
+
+
+class MissingBase(Exception):
+    """A delta's base checkpoint has no snapshot of the subtask: the chain does not end in a full one."""
+
+    def __init__(self, base: int) -> None:
+        super().__init__(base)
+        self.base = base
+
+
+def walk(snapshot_at: Callable[[int], A | None], head: int) -> Iterator[A]:
+    """One subtask's snapshots (its acks) from checkpoint ``head`` back along their bases to its full snapshot,
+    newest first; nothing when ``head`` has none. Raises MissingBase when a base has none: the one walk of a
+    chain, for restores and for what garbage collection keeps."""
+    ack = snapshot_at(head)
+    while ack is not None:
+        yield ack
+        base = ack.base_checkpoint_id
+        if base is None:
+            return
+        ack = snapshot_at(base)
+        if ack is None:
+            raise MissingBase(base)
 
 
 @dataclass(frozen=True)
@@ -44,22 +77,20 @@ def chain(store: CheckpointStore, job: str, operator: str, heads: dict[int, int]
         return acks_of[checkpoint_id].get(subtask)
 
     for subtask, head in sorted(heads.items()):
-        ack, n = ack_at(head, subtask), 0
-        while ack is not None:
-            n += 1
-            if ack.state_uri:
-                links.append(ChainLink(ack.checkpoint_id, subtask, ack.state_uri, ack.state_rows, ack.checksum,
-                                       full=ack.base_checkpoint_id is None))
-            if ack.base_checkpoint_id is None:
-                break
-            base, ack = ack.base_checkpoint_id, ack_at(ack.base_checkpoint_id, subtask)
-            if ack is None:
-                raise StateIntegrityError(
-                    f"the state of {operator} subtask {subtask} at checkpoint {head} is a delta on checkpoint "
-                    f"{base}, which has no ack of that subtask: its incremental chain does not end in a "
-                    f"full snapshot; recover from an older checkpoint (absreplay recover {job} "
-                    f"--checkpoint N) or rewind"
-                )
+        n = 0
+        try:
+            for ack in walk(lambda checkpoint_id, subtask=subtask: ack_at(checkpoint_id, subtask), head):
+                n += 1
+                if ack.state_uri:
+                    links.append(ChainLink(ack.checkpoint_id, subtask, ack.state_uri, ack.state_rows, ack.checksum,
+                                           full=ack.base_checkpoint_id is None))
+        except MissingBase as missing:
+            raise StateIntegrityError(
+                f"the state of {operator} subtask {subtask} at checkpoint {head} is a delta on checkpoint "
+                f"{missing.base}, which has no ack of that subtask: its incremental chain does not end in a "
+                f"full snapshot; recover from an older checkpoint (absreplay recover {job} "
+                f"--checkpoint N) or rewind"
+            ) from None
         length = max(length, n)
     return links, length
 
