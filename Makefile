@@ -4,8 +4,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# three workers on the 2-core reference machine: the suite keeps both cores busy (vmstat: ~0% idle), so a
-# fourth gains nothing (896 s against 885 s); tests of one xdist_group stay on one worker
+# three workers keep two cores busy (a fourth gains nothing); tests of one xdist_group stay on one worker
 WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest
 
@@ -16,14 +15,9 @@ SOURCES := $(wildcard absreplay absreplay_examples coordinator spark_jobs migrat
 
 install: $(VENV)/.installed $(VENV)/.compiled bytecode
 
-# uv resolves and installs from its cache in about half pip's time (35 s against 62 s with warm caches
-# on the 2-core reference machine); the venv stays an ordinary one, with pip in it.
-# --offline first: from uv's cache alone when it holds everything the project needs (a machine that installed
-# it before), else from the registries. Online, uv asks the registry again about every package, and PyPI
-# answers for pyspark's and pyspark-client's source archives (they have no wheels) as if they had changed,
-# so uv downloaded and built them again on every install: 22-24 s against 1.7 s offline, the same packages
-# at the same versions. A machine whose cache lacks a package, or a pyproject.toml that asks for one it
-# lacks, takes the second line.
+# uv installs into an ordinary venv (pip stays in it). Offline first, from uv's cache alone: online, PyPI
+# answers for pyspark's source archives (no wheels) as if they had changed, and uv builds them again each
+# time; a cache that lacks a package takes the second line, from the registries.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
@@ -31,15 +25,10 @@ $(VENV)/.installed: pyproject.toml
 	  || $(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	touch $@
 
-# every installed module compiled once, here (uv's --compile-bytecode does the same inside the install).
-# Python leaves that to the first import, and where PYTHONDONTWRITEBYTECODE is set (as on the reference
-# machines) no import ever writes it, so every Python process (each command, Spark driver and worker,
-# Airflow task) compiled Airflow, SQLAlchemy, pandas... from source again: importing the command line took
-# 1.72 CPU-s instead of 0.66 s. A target of its own, so that `make -j2` compiles beside the tests' class
-# archive, which needs only the installed packages (a fresh clone: 10.5 s of compiling on two cores under
-# the archive's 30 s on one). Niced, so that the archive (the longer of the two) gets the CPU it wants, and
-# without the packages' own test suites (1,856 of 9,649 files, a fifth of the source) and pip, which no
-# process here imports: `make -j2 chromium install jvm-archive` of a fresh clone, 39 s -> 32.5 s
+# every installed module compiled once, here: where PYTHONDONTWRITEBYTECODE is set no import writes
+# bytecode, and every process (command, Spark worker, Airflow task) would compile its imports again. A
+# target of its own so that `make -j2` runs it beside the tests' class archive; niced, so the archive gets
+# the CPU first; without the packages' test suites and pip, which nothing here imports.
 $(VENV)/.compiled: $(VENV)/.installed
 	nice -n 19 $(BIN)/python -m compileall -q -j 0 -x '/tests/|/site-packages/pip/' $(VENV)/lib
 	touch $@
@@ -84,9 +73,7 @@ jvm-archive: $(VENV)/.installed
 demo: install
 	$(BIN)/absreplay demo
 
-# Chromium's install (apt-get, on a fresh machine only) beside the project's (uv: 2 s from its cache, about
-# 40 s on a fresh machine), then the bytecode beside the tests' JVM class archive (tests/jvm_archive.py, about
-# 30 s of one core)
+# the servers, the project and the JVM pieces side by side, then the suite
 test:
 	$(MAKE) -j2 chromium postgres install jvm-archive jvm-deps
 	$(BIN)/ruff check .
