@@ -30,21 +30,16 @@ from coordinator.catalog.db import parse_url, upgrade
 # Every JVM the tests start (spark-submit, Airflow's, a standalone cluster's, the shared session's) runs the
 # client compiler alone and the serial collector: on a 2-core machine they spend far less CPU than tiered
 # compilation and G1's threads. The shared session's JVM too, though it lives as long as its xdist worker:
-# the server compiler was 60% of its CPU (63 of 98 CPU-s over tests/runs/test_state_diff.py and
-# tests/operators/test_operators.py), and the tests' plans are new to it nearly every time, so what it
-# compiled rarely ran long enough to pay off. 79 in-process tests on three workers, A/B/A/B: 215 and 232 s
-# (410 and 445 CPU-s) against 255 and 244 s (496 and 476 CPU-s) with the server compiler.
-# The client compiler alone gets a 48 MB code cache, which a shared session fills within 75 s and then flushes
-# and recompiles: tiered compilation's 240 MB instead (figures: docs/testing.md).
+# the tests' plans are new to it nearly every time, so what the server compiler compiled rarely paid off.
+# The client compiler alone gets a small code cache, which a shared session fills and then flushes and
+# recompiles: tiered compilation's size instead (figures: docs/benchmarks.md, "The test suite's time").
 # Every JVM maps Spark's classes from one archive (tests/jvm_archive.py), made by `make test` or pytest_configure.
 #
 # Spark settings of every JVM the tests start, the shared session's too. The tests' epochs hold tens to
 # hundreds of records, and nearly every plan is new to its JVM, so what pays off on data costs here:
-# - no generated code: compiling generated Java (Janino) costs more than it saves (the TTL job's two tests:
-#   173 s -> 155 s alone);
-# - no broadcast joins: each broadcast is a Spark job of its own, in every job whose plan has one (a small
-#   page_views epoch: 20 -> 13 jobs; tests/operators, tests/sinks and two files of tests/runs on one worker:
-#   135 s -> 115 s).
+# - no generated code: compiling generated Java (Janino) costs more than it saves on so few rows;
+# - no broadcast joins: each broadcast is a Spark job of its own, in every job whose plan has one.
+# (Figures of both: docs/benchmarks.md, "The test suite's time".)
 # Spark's own suites also run with both. Runs, the demo and the benchmarks keep Spark's defaults. A Spark JVM
 # takes system properties named spark.* as its settings. (Not a spark-defaults.conf in a SPARK_CONF_DIR:
 # Spark puts that folder on the classpath, and a JVM cannot dump a class archive with a non-empty folder on
@@ -143,8 +138,7 @@ def _admin():
 
 
 # Each catalog a test gets is a copy of one migrated at the start of its xdist worker, not migrated anew:
-# `CREATE DATABASE ... TEMPLATE` took 0.02 s where creating and migrating one took 0.3-0.7 s (a SQLite
-# file: 0.2 ms to copy, 0.04-0.1 s to migrate); the suite's short setups went from 133 to 105 s in all.
+# `CREATE DATABASE ... TEMPLATE` (a SQLite file: its backup) costs a small part of creating and migrating one.
 # tests/catalog/test_migrations.py migrates step by step for itself.
 @pytest.fixture(scope="session")
 def _pg_template() -> Iterator[str]:
