@@ -68,7 +68,7 @@ def epochs_dag(job: JobDefinition) -> DAG:
         default_args={"owner": "absreplay", "retries": 1, "retry_delay": timedelta(minutes=1)},
         params={
             "snapshot_mode": Param(
-                "async",
+                orchestration.SNAPSHOT_MODES[0],
                 type="string",
                 enum=list(orchestration.SNAPSHOT_MODES),
                 title="Snapshot mode",

@@ -28,7 +28,8 @@ from coordinator.errors import as_user_error
 from absreplay.job_discovery import get_job
 from absreplay.options import parse, positive_arg
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
+from coordinator.checkpoints.modes import RecoveryKind, RecoveryMode, SnapshotMode
+from coordinator.checkpoints.recovery import RecoveryRequest
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # pyspark is imported only once there is work to do
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="process", description=__doc__, exit_on_error=False)
     parser.add_argument("job")
-    parser.add_argument("--snapshot-mode", choices=["async", "sync", "none"], default="async")
+    parser.add_argument("--snapshot-mode", choices=[m.value for m in SnapshotMode], default=SnapshotMode.ASYNC.value)
     parser.add_argument("--parallelism", type=positive_arg, default=None,
                         help="run every operator at N subtasks (default: ABS_PARALLELISM, else the job's own)")
     parser.add_argument("--restore-from", type=positive_arg, default=None)
@@ -51,10 +52,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     kind.add_argument("--upgrade", action="store_const", const="upgrade", dest="recovery",
                       help="to the job as declared now, replaying from --checkpoint N (default: the start)")
     parser.add_argument("--checkpoint", type=positive_arg, default=None)
-    parser.add_argument("--mode", choices=["full", "partial"], default="full")
+    parser.add_argument("--mode", choices=[m.value for m in RecoveryMode], default=RecoveryMode.FULL.value)
     parser.add_argument("--fallback", action="store_true")
     parser.add_argument("--airflow-run-id", default=None, help="the recover DAG's run that asked (the recoveries row)")
-    return parse(parser, argv)
+    args = parse(parser, argv)
+    # the modes as their types from here on
+    args.snapshot_mode, args.mode = SnapshotMode(args.snapshot_mode), RecoveryMode(args.mode)
+    return args
 
 
 def run(argv: list[str], spark: SparkSession | None = None) -> int:
@@ -85,7 +89,7 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     weak.check_run(job, args.snapshot_mode, args.restore_from)
     refusals = nullcontext
     if args.recovery:
-        request = RecoveryRequest(RecoveryKind(args.recovery), RecoveryMode(args.mode), args.checkpoint, args.fallback,
+        request = RecoveryRequest(RecoveryKind(args.recovery), args.mode, args.checkpoint, args.fallback,
                                   args.airflow_run_id)
         # checked again: a finalize may have subsumed the checkpoint (or a run taken the lease) since the command
         # line checked it, and this refusal too is a REFUSED row naming the run that asked
@@ -100,9 +104,8 @@ def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     from spark_jobs.recover import run_recovery
     from spark_jobs.run.runner import EpochRunner, log
     from spark_jobs.session import build_session
-    from spark_jobs.run.snapshot import SnapshotMode
 
-    mode = SnapshotMode(args.snapshot_mode)
+    mode = args.snapshot_mode
     with ExitStack() as leased:
         with refusals():
             token = leased.enter_context(processing_lease(engine, job.name, wait_s=RUN_LEASE_WAIT_S))

@@ -27,7 +27,7 @@ from coordinator.faults import fault_point
 from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators, refire
 from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
-from spark_jobs.run.snapshot import SnapshotMode
+from coordinator.checkpoints.modes import SnapshotMode
 
 
 def restated_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:

@@ -38,6 +38,7 @@ from coordinator.errors import (
 from absreplay.job_discovery import discover, get_job
 from absreplay.options import BIGINT_MAX
 from coordinator.checkpoints.lifecycle import CheckpointStatus
+from coordinator.checkpoints.modes import RecoveryMode, SnapshotMode
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ if TYPE_CHECKING:
     from coordinator.dataflow.jobs import JobDefinition
 
 DATABASE_URL_VARIABLE = "abs_database_url"
-SNAPSHOT_MODES = ("async", "sync", "none")
-RECOVERY_MODES = ("full", "partial")
+#: the epochs DAG's choices, the default first
+SNAPSHOT_MODES = tuple(m.value for m in SnapshotMode)
+RECOVERY_MODES = tuple(m.value for m in RecoveryMode)
 # what the processing application's driver reads (process.py: Settings.from_env); ABS_PARALLELISM
 # is empty unless the worker sets it (then the job runs at its own parallelism)
 DRIVER_ENV = ("ABS_HOME", "ABS_DATABASE_URL", "ABS_DATA_DIR", "ABS_STATE_URI", "ABS_PARALLELISM", "ABS_JOBS_DIR",

@@ -21,7 +21,7 @@ from absreplay.options import checkpoint_option, count_option
 from absreplay.commands.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog import db as catalog_db
 from coordinator.catalog.db import safe_url
-from coordinator.checkpoints import job_plan, weak
+from coordinator.checkpoints import job_plan, modes, weak
 from coordinator.errors import UsageError, as_user_error
 from absreplay.job_discovery import discover, jobs_folder
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
@@ -34,7 +34,7 @@ app.add_typer(db_app, name="db")
 # not a terminal (a pipe, a log): wide enough that tables and lines are not folded
 out = Console(width=None if sys.stdout.isatty() else 160)
 
-SnapshotMode = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
+SnapshotModeOption = Annotated[str, typer.Option("--snapshot-mode", help="async (ABS), sync (stop-the-world) or none")]
 Parallelism = Annotated[
     int | None,
     count_option("--parallelism", help="subtasks per operator for this run (default: ABS_PARALLELISM, "
@@ -59,9 +59,7 @@ def _print_json(rows: list[dict], as_json: bool, as_jsonl: bool) -> bool:
 
 
 def _check_mode(mode: str) -> str:
-    if mode not in ("async", "sync", "none"):
-        raise UsageError(f"--snapshot-mode must be async, sync or none, not {mode!r}")
-    return mode
+    return modes.parse(modes.SnapshotMode, mode, "--snapshot-mode")
 
 
 def _parallelism_args(ctx: JobContext, parallelism: int | None) -> list[str]:
@@ -124,7 +122,7 @@ def inject(job: str) -> None:
 @app.command()
 def process(
     job: str,
-    snapshot_mode: SnapshotMode = "async",
+    snapshot_mode: SnapshotModeOption = modes.SnapshotMode.ASYNC.value,
     restore_from: Annotated[int | None, checkpoint_option(help="restore from this completed checkpoint")] = None,
     parallelism: Parallelism = None,
 ) -> None:
@@ -202,7 +200,7 @@ def finalize(job: str) -> None:
 def run(
     job: str,
     cycles: Annotated[int, count_option("--cycles", help="how many inject/process/finalize cycles")] = 1,
-    snapshot_mode: SnapshotMode = "async",
+    snapshot_mode: SnapshotModeOption = modes.SnapshotMode.ASYNC.value,
     parallelism: Parallelism = None,
 ) -> None:
     """Inject, process and finalize, N times."""
@@ -247,14 +245,13 @@ def recover(
     checkpoint: Annotated[int | None, checkpoint_option(help="checkpoint id (default: latest completed)")] = None,
     mode: Annotated[str, typer.Option(help="full (every task) or partial (failed tasks and their upstream)")] = "full",
     fallback: Fallback = False,
-    snapshot_mode: SnapshotMode = "async",
+    snapshot_mode: SnapshotModeOption = modes.SnapshotMode.ASYNC.value,
     parallelism: Parallelism = None,
     airflow_run_id: AirflowRunId = None,
 ) -> None:
     """Restore every task from a checkpoint, re-ingest from its cut and resume (the sink dedupes).
     With no completed checkpoint yet, every task starts from the empty state at the start of the sources."""
-    if mode not in ("full", "partial"):
-        raise UsageError(f"--mode must be full or partial, not {mode!r}")
+    modes.parse(modes.RecoveryMode, mode, "--mode")
     _recovery(job, "recover", checkpoint, mode, fallback, _check_mode(snapshot_mode), parallelism, airflow_run_id)
 
 
@@ -263,7 +260,7 @@ def rewind(
     job: str,
     to: Annotated[int, checkpoint_option("--to", help="checkpoint id: every epoch after it is processed again")],
     fallback: Fallback = False,
-    snapshot_mode: SnapshotMode = "async",
+    snapshot_mode: SnapshotModeOption = modes.SnapshotMode.ASYNC.value,
     parallelism: Parallelism = None,
     airflow_run_id: AirflowRunId = None,
 ) -> None:
@@ -287,7 +284,7 @@ def upgrade(
                                              "default when all of it is still there)")] = False,
     from_checkpoint: Annotated[int | None, checkpoint_option(
         "--from-checkpoint", help="rebuild from this completed checkpoint's state and cut")] = None,
-    snapshot_mode: SnapshotMode = "async",
+    snapshot_mode: SnapshotModeOption = modes.SnapshotMode.ASYNC.value,
     parallelism: Parallelism = None,
     airflow_run_id: AirflowRunId = None,
 ) -> None:

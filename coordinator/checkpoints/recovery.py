@@ -42,19 +42,8 @@ from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransactio
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
+from coordinator.checkpoints.modes import RecoveryKind, RecoveryMode
 from coordinator.checkpoints.store import CheckpointStore
-
-
-class RecoveryKind(StrEnum):
-    RECOVER = "recover"
-    REWIND = "rewind"
-    #: to a new version of the job's declaration (``coordinator.checkpoints.upgrade``)
-    UPGRADE = "upgrade"
-
-
-class RecoveryMode(StrEnum):
-    FULL = "full"
-    PARTIAL = "partial"
 
 
 class RecoveryResult(StrEnum):

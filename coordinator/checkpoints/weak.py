@@ -19,6 +19,7 @@ ever processed twice: lost records, never duplicates. ``absreplay recover``,
 
 from __future__ import annotations
 
+from coordinator.checkpoints.modes import SnapshotMode
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition
@@ -70,7 +71,7 @@ def check_run(job: JobDefinition, snapshot_mode: str, restore_from: int | None =
         return
     if restore_from is not None:
         refuse(job, "restore with --restore-from")
-    if snapshot_mode == "sync":
+    if snapshot_mode == SnapshotMode.SYNC:
         raise UsageError(f"job {job.name!r} is declared consistency='weak': its operators snapshot on their own, "
                          f"asynchronously; --snapshot-mode sync is for exactly-once jobs")
 

@@ -24,6 +24,8 @@ from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
 from coordinator.sources import delta_source, kafka_source, kinds, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog import epochs as catalog_epochs
+from coordinator.checkpoints import modes
+from coordinator.checkpoints.modes import SnapshotMode
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore
@@ -40,7 +42,7 @@ from spark_jobs.run.progress import Steps
 from spark_jobs.records.record_parsing import parse, record_schema
 from spark_jobs.run.restore import Restored, StateRestorer
 from spark_jobs.run import state_diff
-from spark_jobs.run.snapshot import SnapshotMode, SnapshotTiming, SnapshotWriter
+from spark_jobs.run.snapshot import SnapshotTiming, SnapshotWriter
 from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
 from spark_jobs.run.weak_snapshots import WeakSnapshotWriter
 
@@ -138,9 +140,10 @@ class EpochRunner:
         self.flow = dataflow_of(job)
         self.data_dir = data_dir
         self.state_uri = state_uri
-        # a weak-consistency job's snapshots are its own kind (none stays the no-snapshot baseline)
         self.weak = job.consistency == "weak"
-        self.mode = SnapshotMode.WEAK if self.weak and mode is not SnapshotMode.NONE else mode
+        self.mode = mode
+        # a weak-consistency job's snapshots are its own kind (none stays the no-snapshot baseline)
+        self.weak_snapshots = modes.recorded(mode, job.consistency) == modes.WEAK_SNAPSHOTS
         self.restore_from = restore_from
         self.max_epochs = max_epochs
         self.given_plan = plan
@@ -272,11 +275,12 @@ class EpochRunner:
         keep = {} if restored is None else {
             plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
         }
-        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], str(self.mode), keep,
+        recorded = modes.recorded(self.mode, self.job.consistency)
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], recorded, keep,
                                  definition=self.job, epoch_starts=run.epoch_starts)
         log(
             f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
-            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.mode}, "
+            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {recorded}, "
             f"parallelism {p}" + (f" ({weak.LABEL})" if self.weak else "")
         )
         t0 = time.perf_counter()
@@ -307,7 +311,7 @@ class EpochRunner:
             delta_source.partitions_of(self.job)) + sorted({
                 seg.partition for plan in plans for seg in plan.segments
                 if kafka_source.is_kafka_partition(self.job, seg.partition)})
-        writer = (WeakSnapshotWriter if self.mode is SnapshotMode.WEAK else SnapshotWriter)(
+        writer = (WeakSnapshotWriter if self.weak_snapshots else SnapshotWriter)(
             spark=self.spark,
             store=self.store,
             job=self.job,
@@ -323,7 +327,7 @@ class EpochRunner:
             # what the restored chains say about how many keys an epoch changes
             last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
             last_changed_rows=dict.fromkeys(restored.links, run.changed_rows_at_point),
-            **({"bases": dict(heads)} if self.mode is SnapshotMode.WEAK else {}),
+            **({"bases": dict(heads)} if self.weak_snapshots else {}),
         )
         if not restored.partial:  # the restored states are those of the writer's bases (``state_diff``)
             for spec in self.job.states:
@@ -402,13 +406,13 @@ class EpochRunner:
         """One epoch; the back-edge log it leaves (a job with a loop)."""
         p = self.job.parallelism
         t0 = time.perf_counter()
-        if self.mode is SnapshotMode.WEAK:
+        if self.weak_snapshots:
             writer.consume(plan.checkpoint_id)  # read: no run reads this epoch again
         records = self.read_records(plan)
         fault_point("epoch.compute", plan.checkpoint_id)
         behind = restored.behind(plan.checkpoint_id, p)
         # tombstones a durable snapshot holds leave the state; a weak job's operators each have their own base
-        self.flow.durable = None if self.mode is SnapshotMode.WEAK else writer.base
+        self.flow.durable = None if self.weak_snapshots else writer.base
         out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
                               self.job.loop_rounds, subtasks=None if len(behind) == p else behind,
                               volume=plan.records)

@@ -31,7 +31,6 @@ from collections.abc import Callable
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -44,6 +43,7 @@ from coordinator.faults import fault_point
 from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.checkpoints.lifecycle import AckResult, FailureReason
+from coordinator.checkpoints.modes import SnapshotMode
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
@@ -67,14 +67,6 @@ class Epoch:
     back_edge: DataFrame | None
     #: operator -> subtask -> keys its state TTL dropped in the epoch (``spark_jobs.operators.ttl``)
     dropped: dict[str, dict[int, int]] = field(default_factory=dict)
-
-
-class SnapshotMode(StrEnum):
-    ASYNC = "async"
-    SYNC = "sync"
-    NONE = "none"
-    #: a weak-consistency job's runs (``coordinator.checkpoints.weak``): no alignment, no rewind
-    WEAK = "weak"
 
 
 @dataclass
