@@ -9,6 +9,7 @@ with the input and the state root on an S3 server (tests/servers/s3.py).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -50,6 +51,16 @@ def dags() -> dict:
     for task in bag.dags["abs_wordcount_epochs"].tasks:
         task.retry_delay = timedelta(seconds=1)
     return bag.dags
+
+
+@pytest.fixture(autouse=True)
+def form_defaults(dags: dict):
+    """dag.test() runs every task in this process, and Airflow's process_params sets a run's conf on the DAG's
+    own Param objects: one test's form values would be the next test's defaults, which no scheduler does."""
+    saved = {dag_id: copy.deepcopy(dag.params) for dag_id, dag in dags.items()}
+    yield
+    for dag_id, params in saved.items():
+        dags[dag_id].params = params
 
 
 @pytest.fixture
