@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from absreplay.declaration import (
+from coordinator.dataflow.declaration import (
     Aggregate,
     IntervalJoin,
     JobDeclaration,
@@ -43,8 +43,8 @@ from absreplay.declaration import (
     Types,
     schema,
 )
-from absreplay.demo_data import DemoData
-from absreplay.job_graph import build_definition
+from coordinator.dataflow.demo_data import DemoData
+from coordinator.dataflow.compile import build_definition
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.ttl import check_ttl_epochs, check_ttl_ms
 from coordinator.dataflow.jobs import JobDefinition

@@ -1,28 +1,13 @@
-"""Numbers on the command line, bounded once: checkpoint ids and counts.
-
-The catalog keeps ids and counts in 64-bit (BIGINT) columns, so a larger number,
-or one below the first id, is bad input: a usage error naming the option (exit
-2, one line), never an OverflowError of the database driver. The commands
-(typer), the Spark applications they spark-submit (argparse) and the Airflow
-view's URLs (absreplay.airflow_plugin.app) share these bounds.
-"""
+"""The commands' number options (typer), bounded as the catalog's BIGINT columns are
+(``coordinator.arguments``): a number out of range is a usage error naming the option."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import typer
 
-from coordinator.errors import UsageError
-
-#: the largest value of the catalog's BIGINT columns
-BIGINT_MAX = 2**63 - 1
-
-
-def out_of_range(text: object, low: int = 1, high: int = BIGINT_MAX) -> str:
-    """What is wrong with a number given as ``text``: the one wording of every bounds error."""
-    return f"{str(text)!r} is not a whole number from {low} to {high}"
+from coordinator.arguments import BIGINT_MAX
 
 
 def checkpoint_option(*names: str, help: str) -> Any:  # noqa: A002 - typer's own name
@@ -33,23 +18,3 @@ def checkpoint_option(*names: str, help: str) -> Any:  # noqa: A002 - typer's ow
 def count_option(*names: str, min: int = 1, help: str | None = None) -> Any:  # noqa: A002
     """A count option (cycles, rows shown, subtasks, batches), from ``min``."""
     return typer.Option(*names, min=min, max=BIGINT_MAX, help=help)
-
-
-def positive_arg(text: str) -> int:
-    """argparse ``type`` of a checkpoint id or a count: 1 to BIGINT_MAX."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= BIGINT_MAX:
-        raise argparse.ArgumentTypeError(out_of_range(text))
-    return value
-
-
-def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """``parser.parse_args`` (a parser made with ``exit_on_error=False``), a value its type refuses
-    raised as UsageError: the application reports it as any bad input, one line, exit 2."""
-    try:
-        return parser.parse_args(argv)
-    except argparse.ArgumentError as exc:
-        raise UsageError(str(exc)) from None

@@ -6,7 +6,7 @@ ABS_STATE_URI     state root (local path or Hadoop-compatible URI)
 ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
 ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
-ABS_JOBS_DIR      a folder of job files (``absreplay.job_discovery``; default: none)
+ABS_JOBS_DIR      a folder of job files (``coordinator.dataflow.discovery``; default: none)
 ABS_STATE_BACKEND local (keyed aggregates on local stores, ``spark_jobs.state.provider``) or spark
 ABS_STORE_DIR     where the local stores live on each host (default: absreplay-stores in each executor's local dir)
 """

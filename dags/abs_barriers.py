@@ -16,7 +16,7 @@ from airflow.sdk import DAG, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from absreplay.airflow import orchestration
-from absreplay.job_discovery import jobs_for_dags
+from coordinator.dataflow.discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from airflow.sdk import DAG, Param, dag, task
 from absreplay.airflow import orchestration, sink_assets
 from absreplay.airflow.processing_run import ProcessingRun
 from absreplay.commands.submit import PROCESS_APP
-from absreplay.job_discovery import jobs_for_dags
+from coordinator.dataflow.discovery import jobs_for_dags
 from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)

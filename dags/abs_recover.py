@@ -18,8 +18,8 @@ from typing import Any
 from airflow.sdk import DAG, Param, dag, task
 
 from absreplay.airflow import orchestration, sink_assets
-from absreplay.job_discovery import jobs_for_dags
-from absreplay.options import BIGINT_MAX
+from coordinator.dataflow.discovery import jobs_for_dags
+from coordinator.arguments import BIGINT_MAX
 from coordinator.dataflow.jobs import JobDefinition
 
 START = datetime(2025, 1, 1, tzinfo=timezone.utc)

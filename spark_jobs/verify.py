@@ -39,8 +39,8 @@ from coordinator.checkpoints import rescale, run_plan, weak
 from coordinator.catalog import epochs as catalog_epochs
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error, AbsError, CheckpointNotFoundError, UsageError
-from absreplay.job_discovery import get_job
-from absreplay.options import parse, positive_arg
+from coordinator.dataflow.discovery import get_job
+from coordinator.arguments import parse, positive_arg
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings

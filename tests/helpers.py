@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text, update
 
-from absreplay.airflow.orchestration import stop_process_group  # noqa: F401 - one way to stop a process group
+from absreplay.commands.process_group import stop_process_group  # noqa: F401 - one way to stop a process group
 from absreplay.commands.standalone_cluster import free_port  # noqa: F401 - one way to pick a port
 from absreplay_examples.definitions import wordcount
 from absreplay_examples.recount import recount

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,8 +35,10 @@ from coordinator.errors import (
     DeadLetterShareError,
     UsageError,
 )
-from absreplay.job_discovery import discover, get_job
-from absreplay.options import BIGINT_MAX
+from coordinator.dataflow.discovery import discover, get_job
+from absreplay.commands.context import DATABASE_URL_VARIABLE
+from absreplay.commands.process_group import stop_process_group
+from coordinator.arguments import BIGINT_MAX
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.checkpoints.modes import RecoveryMode, SnapshotMode
 from coordinator.settings import Settings
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from coordinator.checkpoints.store import CheckpointStore
     from coordinator.dataflow.jobs import JobDefinition
 
-DATABASE_URL_VARIABLE = "abs_database_url"
 #: the epochs DAG's choices, the default first
 SNAPSHOT_MODES = tuple(m.value for m in SnapshotMode)
 RECOVERY_MODES = tuple(m.value for m in RecoveryMode)
@@ -472,13 +473,3 @@ def run_recovery_publishing(settings: Settings, request: Mapping[str, Any]) -> t
     output = run_recovery(settings, request)
     return output, sink_commits_after(settings, job, marks)
 
-
-def stop_process_group(proc: subprocess.Popen, grace_s: float = 10) -> None:
-    """SIGTERM ``proc``'s process group (it leads one), SIGKILL it after ``grace_s``, and reap ``proc``.
-    A spark-submit left running would keep the job's lease and block every later run."""
-    with suppress(ProcessLookupError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(grace_s)
-    with suppress(ProcessLookupError):  # what ignored SIGTERM (or outlived the leader) goes now
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()

@@ -47,6 +47,6 @@ class ProcessingRun(SparkSubmitOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         from absreplay.airflow.lineage import lineage
         from absreplay.airflow.orchestration import airflow_settings
-        from absreplay.job_discovery import get_job
+        from coordinator.dataflow.discovery import get_job
 
         return lineage(get_job(self.job_name), airflow_settings())

@@ -19,7 +19,7 @@ sends it). A page asked for while signed out goes to Airflow's login page, which
 it (``next=``); ``/api/...`` answers 401.
 
 A bad URL is the user's mistake, never a 500: numbers in it are bounded as on
-the command line (``absreplay.options``), so none reaches the database out of
+the command line (``coordinator.arguments``), so none reaches the database out of
 its BIGINT range; a page past the last is a 404 that links to the last one.
 Errors of the pages are pages in the view's layout (``error.html``), errors of
 ``/api/...`` FastAPI's JSON.
@@ -53,7 +53,7 @@ from absreplay.airflow_plugin.recovery_runs import conf as recovery_conf
 from absreplay.airflow_plugin.access import AuthManager, JobAccess, User, auth_manager, job_access, readable
 from absreplay.airflow_plugin.catalog import catalog_engine
 from absreplay.commands.charts import job_charts
-from absreplay.options import BIGINT_MAX, out_of_range
+from coordinator.arguments import BIGINT_MAX, out_of_range
 from absreplay.commands.views import format_bytes, format_duration, format_time
 from coordinator.catalog import audit
 from coordinator.checkpoints import weak as weak_consistency

@@ -10,7 +10,8 @@ from functools import lru_cache
 
 from sqlalchemy import Engine
 
-from absreplay.airflow.orchestration import DATABASE_URL_VARIABLE, resolve_settings
+from absreplay.airflow.orchestration import resolve_settings
+from absreplay.commands.context import DATABASE_URL_VARIABLE
 from coordinator.catalog.db import make_engine
 
 

@@ -23,7 +23,7 @@ from coordinator.catalog import db as catalog_db
 from coordinator.catalog.db import safe_url
 from coordinator.checkpoints import job_plan, modes, weak
 from coordinator.errors import UsageError, as_user_error
-from absreplay.job_discovery import discover, jobs_folder
+from coordinator.dataflow.discovery import discover, jobs_folder
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
 from coordinator.checkpoints.policy import TriggerDecision
 from coordinator.settings import Settings
@@ -393,7 +393,7 @@ def demo(
 ) -> None:
     """Run the whole story on embedded defaults and check the result against an independent recount."""
     if airflow:
-        from absreplay.airflow.airflow_demo import run_airflow_demo as run
+        from absreplay.commands.airflow_demo import run_airflow_demo as run
     else:
         from absreplay.commands.demo import run_demo as run
     if not run(out, batches, lines_per_batch):

@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.errors import CatalogNotMigratedError
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
+
+#: the Airflow Variable whose value is the catalog's URL for the DAG tasks and the view
+DATABASE_URL_VARIABLE = "abs_database_url"
 
 
 @dataclass

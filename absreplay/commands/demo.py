@@ -3,7 +3,7 @@ checkpoints finalized, then the audit is printed and the job's sink is checked a
 independent reference of exactly the records before the latest completed barrier.
 
 The job is found by discovery like any job, and brings its sample data and reference itself
-(``abs.Job(..., demo=...)``, ``absreplay.demo_data``).
+(``abs.Job(..., demo=...)``, ``coordinator.dataflow.demo_data``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rich.console import Console
 
 from absreplay.commands import jvm_archive, views
 from absreplay.commands.context import JobContext, job_context
-from absreplay.demo_data import DemoData
+from coordinator.dataflow.demo_data import DemoData
 from absreplay.commands.submit import run_processing
 from coordinator.sources import source
 from coordinator.catalog.db import upgrade
@@ -36,7 +36,7 @@ def demo_data(job: JobDefinition) -> DemoData:
     data = getattr(job.spec, "demo", None)
     if not isinstance(data, DemoData):
         raise UsageError(f"job {job.name!r} ({job.origin}) brings no demo data: declare it with "
-                         f"abs.Job(..., demo=...), an object with land() and reference() (absreplay.demo_data)")
+                         f"abs.Job(..., demo=...), an object with land() and reference() (coordinator.dataflow.demo_data)")
     return data
 
 

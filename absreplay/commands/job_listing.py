@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from absreplay.job_discovery import Found
+from coordinator.dataflow.discovery import Found
 from coordinator.catalog.db import safe_url
 from coordinator.checkpoints import weak
 from coordinator.checkpoints.store import CheckpointStore

@@ -2,7 +2,7 @@
 
 A cluster-mode driver and every executor need the project's packages
 importable, and the packages of the jobs installed as plugins (entry points,
-``absreplay.job_discovery``); the jobs folder's files are not packages: their
+``coordinator.dataflow.discovery``); the jobs folder's files are not packages: their
 functions travel pickled by value (``spark_jobs.operators.dataflow``). The zip holds their ``.py`` files only, is
 content-addressed (``absreplay-pyfiles-<sha256 prefix>.zip``) and byte-for-byte
 reproducible, so a cache directory (``$ABS_HOME/pyfiles`` by default) holds one
@@ -59,7 +59,7 @@ def digest(files: list[tuple[str, Path]]) -> str:
 
 def shipped_packages() -> tuple[str, ...]:
     """The project's packages and those of every job found as a plugin."""
-    from absreplay.job_discovery import discover
+    from coordinator.dataflow.discovery import discover
 
     return tuple(sorted(set(PACKAGES) | discover().packages))
 

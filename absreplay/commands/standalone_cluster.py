@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from absreplay.airflow.orchestration import stop_process_group
+from absreplay.commands.process_group import stop_process_group
 
 READY_TIMEOUT_S = 180
 

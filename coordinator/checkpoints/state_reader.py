@@ -5,7 +5,7 @@ The files are the chain ``coordinator.checkpoints.state_chain`` names (every sub
 checkpoint, each back to its full snapshot); per key the row with the newest ``updated``
 wins, exactly as a restore does. Read whole (no key asked for), each file set's row count
 is checked against its ack; restores additionally check the content checksums (Spark's
-xxhash64, which only Spark computes: ``spark_jobs.state.state_frame`` returns the same state as a
+xxhash64, which only Spark computes: ``spark_jobs.state_frame`` returns the same state as a
 verified Spark DataFrame).
 """
 

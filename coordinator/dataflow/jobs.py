@@ -1,7 +1,7 @@
 """What the checkpoint lifecycle knows of a job: its graph, keyed state, sinks and policies.
 
 A job is declared with the public API (``absreplay.api``) and found by
-``absreplay.job_discovery``; ``absreplay.api.Job.definition()`` makes this
+``coordinator.dataflow.discovery``; ``absreplay.api.Job.definition()`` makes this
 definition of it. The declaration itself rides along as ``spec``, for the Spark
 runtime (``spark_jobs.operators.dataflow``); nothing here reads it. No Spark here.
 """

@@ -308,7 +308,7 @@ def _ship_by_value(spec: Any) -> None:
     UDF's, say) travel pickled by value instead."""
     from pyspark import cloudpickle
 
-    from absreplay.job_discovery import FOLDER_PACKAGE
+    from coordinator.dataflow.discovery import FOLDER_PACKAGE
 
     for node in spec.nodes:
         module = sys.modules.get(getattr(node.fn, "__module__", "") or "")

@@ -41,7 +41,7 @@ from typing import Any
 from pyspark.sql import DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
-from absreplay.declaration import late_sink_name
+from coordinator.dataflow.declaration import late_sink_name
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS, LateCount, materialized, no_rows
 from spark_jobs.records.event_time import event_ms
 

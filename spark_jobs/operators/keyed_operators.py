@@ -23,28 +23,14 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from absreplay.job_graph import WINDOW_EMITTED, emitted, hidden
+from coordinator.dataflow.compile import WINDOW_EMITTED, emitted, hidden
 from coordinator.sinks.deletes import DELETE
 from spark_jobs.operators import deletes, refire
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.spark_types import spark_type
+from spark_jobs.state import aggregate_parts
 
 LATE_COLUMNS = ("partition", "offset", "reason", "payload")
-
-
-def _parts(name: str, agg: Any) -> list[tuple[str, Column, Any]]:
-    """(state column, a record's contribution, the aggregate that folds them) of one aggregate."""
-    t = spark_type(agg.type)
-    one = F.lit(1).cast("long")
-    if agg.kind == "count":
-        return [(name, one, F.sum)]
-    if agg.kind == "mean":
-        return [(hidden(name, "sum"), F.col(agg.column).cast("double"), F.sum), (hidden(name, "count"), one, F.sum),
-                (name, F.lit(None).cast("double"), F.first)]
-    if agg.kind == "combine":
-        return [(name, agg.value().cast(t), agg.merge)]
-    merge = {"sum": F.sum, "min": F.min, "max": F.max}[agg.kind]
-    return [(name, F.col(agg.column).cast(t), merge)]
 
 
 class Folding:
@@ -57,7 +43,7 @@ class Folding:
         self.merges: list[Column] = []
         self.means: list[str] = []
         for name, agg in node.aggregates.items():
-            for column, value, merge in _parts(name, agg):
+            for column, value, merge in aggregate_parts.parts(name, agg):
                 self.contributions.append(value.alias(column))
                 self.merges.append(merge(F.col(column)).alias(column))
             if agg.kind == "mean":

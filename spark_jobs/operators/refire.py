@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from absreplay.job_graph import WINDOW_EMITTED
+from coordinator.dataflow.compile import WINDOW_EMITTED
 
 
 def fire(merged: DataFrame, mark: int | None, lateness: int, checkpoint_id: int) -> tuple[DataFrame, DataFrame]:

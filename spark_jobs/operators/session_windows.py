@@ -35,8 +35,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation, Window
 from pyspark.sql import functions as F
 
-from absreplay.declaration import Session
-from absreplay.job_graph import SESSION_EMITTED, emitted
+from coordinator.dataflow.declaration import Session
+from coordinator.dataflow.compile import SESSION_EMITTED, emitted
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS, Folding, LateCount, materialized
 from spark_jobs.records.event_time import event_ms
 

@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
-from absreplay.declaration import Aggregate
+from coordinator.dataflow.declaration import Aggregate
 from coordinator.dataflow.ttl import EVENT_TIME, expire_through
 from coordinator.sinks.deletes import DELETE
 from spark_jobs.operators import deletes

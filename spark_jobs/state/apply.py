@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from coordinator.checkpoints import state_files
-from spark_jobs.operators import keyed_operators as ko
+from spark_jobs.state import aggregate_parts
 from spark_jobs.records.spark_types import spark_type
 from spark_jobs.state import tasks as store_tasks
 from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, quoted, with_subtask
@@ -75,7 +75,7 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
     slot = F.expr(f"CAST(coalesce(array_position(array({', '.join(f'{c}L' for c in ids)}), {EPOCH}), 0) AS INT)")
     contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
     contributions += [value.alias(column) for name, agg in node.aggregates.items()
-                      for column, value, _ in ko._parts(name, agg)]
+                      for column, value, _ in aggregate_parts.parts(name, agg)]
     parts = list(state.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
     merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
         f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {quoted(column)} END) AS {quoted(f'{column}@{j}')}"

@@ -72,7 +72,7 @@ from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.errors import StateIntegrityError
 from coordinator.settings import Settings
-from spark_jobs.operators import keyed_operators as ko
+from coordinator.dataflow.compile import hidden
 from spark_jobs.state import tasks as store_tasks
 from spark_jobs.state.keyed_state import SUBTASK, snapshot_metrics, with_subtask
 from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
@@ -83,7 +83,7 @@ from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, StoreEvents, 
 T = TypeVar("T")
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
-#: how each built-in aggregate's state columns merge (``keyed_operators._parts``)
+#: how each built-in aggregate's state columns merge (``aggregate_parts.parts``)
 MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 
@@ -109,7 +109,7 @@ def layout_of(node: object, spec: StateSpec) -> Layout | None:
     merges, means = [], []
     for name, agg in node.aggregates.items():
         if agg.kind == "mean":
-            s, n = ko.hidden(name, "sum"), ko.hidden(name, "count")
+            s, n = hidden(name, "sum"), hidden(name, "count")
             merges += [(s, "sum"), (n, "sum"), (name, "first")]
             means.append((name, s, n))
         elif agg.kind in MERGES:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from absreplay.airflow.airflow_demo import airflow_env, airflow_executable
+from absreplay.commands.airflow_demo import airflow_env, airflow_executable
 from tests.helpers import Workspace, free_port, stop_process_group
 
 READY_TIMEOUT_S = 240

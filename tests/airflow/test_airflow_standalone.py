@@ -24,7 +24,7 @@ import pytest
 
 from absreplay.airflow import orchestration
 from coordinator.checkpoints import recovery
-from absreplay.job_discovery import discover
+from coordinator.dataflow.discovery import discover
 from coordinator.checkpoints.lifecycle import FailureReason
 from tests.airflow.airflow_standalone import PARALLELISM, RUN_TIMEOUT_S, Airflow, standalone
 from tests.helpers import Workspace, make_workspace, stage_counts

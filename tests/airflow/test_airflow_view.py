@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home
+from absreplay.commands.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home
+from absreplay.commands.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
@@ -28,7 +28,7 @@ from absreplay.airflow import orchestration  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import PAGE_SIZE, app  # noqa: E402
 from absreplay.airflow_plugin.catalog import catalog_engine  # noqa: E402
-from absreplay.options import BIGINT_MAX  # noqa: E402
+from coordinator.arguments import BIGINT_MAX  # noqa: E402
 from coordinator.checkpoints.state_handle import StateHandle  # noqa: E402
 from tests.helpers import make_workspace  # noqa: E402
 from tests.airflow.view_bad_urls import BAD_API_CALLS, BAD_PAGES  # noqa: E402

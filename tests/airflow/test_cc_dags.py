@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from datetime import timedelta
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import ParamValidationError  # noqa: E402
 
 from absreplay.airflow import orchestration  # noqa: E402
 from absreplay.commands.submit import PROCESS_APP  # noqa: E402
-from absreplay.job_discovery import discover  # noqa: E402
+from coordinator.dataflow.discovery import discover  # noqa: E402
 
 EXPECTED = {f"abs_{job}_{kind}" for job in discover().jobs for kind in ("barriers", "epochs", "recover")} | {"abs_maintenance"}
 

@@ -8,7 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home, spark_connection
+from absreplay.commands.airflow_demo import isolate_airflow_home, spark_connection
 
 isolate_airflow_home()  # task_errors imports airflow
 
@@ -242,7 +242,7 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
     so the counts are rebuilt from the checkpoint given, or from the start of the input."""
     import json
 
-    from absreplay.job_discovery import get_job
+    from coordinator.dataflow.discovery import get_job
     from coordinator.dataflow.versions import describe
 
     old = describe(get_job("wordcount"))

@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
 
 HOME = isolate_airflow_home("local[2]")  # before airflow is imported: its configuration is read once
 # OpenLineage events go to a file (the provider's file transport): the views test reads its lineage there
@@ -162,7 +162,7 @@ def test_a_job_from_the_jobs_folder_gets_dags_that_run_it_exactly_once(
     """tests/jobs/views_by_country.py, found through ABS_JOBS_DIR: its barrier DAG injects, its epochs
     DAG spark-submits the job's code (from the jobs folder, not a package) and commits both sinks,
     twice, and nothing is lost or counted twice (``dags``: the Airflow database is migrated)."""
-    from absreplay.job_discovery import get_job
+    from coordinator.dataflow.discovery import get_job
     from tests import views_data
 
     jobs = str(JOBS_DIR)
@@ -211,7 +211,7 @@ def test_a_job_from_the_jobs_folder_gets_dags_that_run_it_exactly_once(
 # finalize subsumes checkpoint 1: after the command line checked the request, before spark-submit's driver does
 FINALIZE_WHILE_SUBMITTING = """
 from absreplay.commands import cli, submit
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.db import make_engine
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.checkpoints.state_handle import StateHandle
@@ -301,7 +301,7 @@ def test_a_checkpoint_id_past_the_catalogs_fails_the_recover_task_once_with_the_
     that bound (one parsed before it was added) fails its first task at once, never with the driver's overflow."""
     from airflow.sdk import Param
 
-    from absreplay.job_discovery import get_job
+    from coordinator.dataflow.discovery import get_job
     from coordinator.checkpoints import recovery
     from dags import abs_recover
 
@@ -327,7 +327,7 @@ def test_the_recover_form_upgrades_a_changed_job_from_the_start_of_its_input(dag
     catalog), so `absreplay upgrade --from-start` replays every epoch into the job as declared; the run
     succeeds, its upgrade is a row naming this Airflow run, and the counts equal a recount (``tests/sink_check``)."""
     from absreplay.airflow import orchestration
-    from absreplay.job_discovery import get_job
+    from coordinator.dataflow.discovery import get_job
     from coordinator.checkpoints import recovery
     from coordinator.dataflow.versions import describe
     from sqlalchemy import text

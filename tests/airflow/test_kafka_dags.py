@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db
 
 isolate_airflow_home("local[2]")  # before airflow is imported: its configuration is read once
 
 import pytest  # noqa: E402
 from airflow.dag_processing.dagbag import DagBag  # noqa: E402
 
-from absreplay.job_discovery import get_job  # noqa: E402
+from coordinator.dataflow.discovery import get_job  # noqa: E402
 from tests import kafka_data  # noqa: E402
 from tests.helpers import JOBS_DIR, make_workspace  # noqa: E402
 

@@ -5,7 +5,7 @@ The events themselves are checked where a processing run emits them: ``tests/air
 
 from __future__ import annotations
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home
+from absreplay.commands.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 

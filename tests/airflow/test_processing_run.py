@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home
+from absreplay.commands.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported
 

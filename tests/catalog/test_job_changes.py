@@ -98,7 +98,7 @@ def test_a_job_files_version_is_the_same_in_every_process_and_changes_with_its_c
         folder = tmp_path / f"{threshold}-{len(header)}-{seed}"
         folder.mkdir()
         (folder / "clicks.py").write_text(JOB_FILE.format(threshold=threshold, header=header))
-        code = ("from absreplay.job_discovery import get_job; from coordinator.dataflow.versions import version_of; "
+        code = ("from coordinator.dataflow.discovery import get_job; from coordinator.dataflow.versions import version_of; "
                 "print(version_of(get_job('clicks')).digest)")
         env = {**os.environ, "ABS_JOBS_DIR": str(folder), "PYTHONHASHSEED": seed}
         return subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,

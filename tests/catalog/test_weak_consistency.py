@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples.recount import recount
 from coordinator.checkpoints import weak
 from coordinator.faults import ProcessCrash

@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import absreplay.api as abs
-from absreplay import job_discovery
-from absreplay.declaration import JobDeclaration
-from absreplay.job_discovery import discover
+from coordinator.dataflow import discovery as job_discovery
+from coordinator.dataflow.declaration import JobDeclaration
+from coordinator.dataflow.discovery import discover
 from coordinator.keywords import keywords_of
 from tests.helpers import cli, cli_ok, one_line_error
 

@@ -1,4 +1,4 @@
-"""What a job brings for ``absreplay demo`` (``absreplay.demo_data``): the demo reaches it through the
+"""What a job brings for ``absreplay demo`` (``coordinator.dataflow.demo_data``): the demo reaches it through the
 job it discovers, the reference job's and a user's alike. No Spark."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 import absreplay.api as abs
 from absreplay.commands.demo import demo_data, top_rows
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.errors import UsageError
 
 

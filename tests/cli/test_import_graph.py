@@ -1,4 +1,4 @@
-"""The framework's import graph: no circles, and no import of the example jobs.
+"""The framework's import graph: down docs/ARCHITECTURE.md's table, no circles, no import of the example jobs.
 
 Read from the source (no module is imported): every module of absreplay/, coordinator/,
 spark_jobs/ and dags/ and its module-level imports, those under ``if TYPE_CHECKING:`` included
@@ -9,6 +9,7 @@ import of the package as well (its ``__init__`` runs first).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,3 +103,50 @@ def test_the_framework_never_imports_the_example_jobs() -> None:
                for n in imported(module, list(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))))
     )
     assert importing == []
+
+
+def layers() -> list[tuple[str, tuple[str, ...]]]:
+    """ARCHITECTURE.md's rooms of the framework, top first: (package, the modules the row names, or none for
+    a folder row), one entry per folder of a row."""
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    for line in (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("| `"):
+            continue
+        room = line.split(" | ")[0].removeprefix("| ")
+        listed = re.search(r"\((`[^)]*`)\)", room)
+        modules = tuple(re.findall(r"`([\w.]+)`", listed.group(1))) if listed else ()
+        folders = re.findall(r"`([\w/]+)/`", room.split("(")[0])
+        rows += [(f.replace("/", "."), modules) for f in folders if f.split("/")[0] in FRAMEWORK]
+    return rows
+
+
+def layer_of(module: str, rows: list[tuple[str, tuple[str, ...]]]) -> int:
+    """The row holding ``module``: one naming it, else the deepest folder row around it. A package's own
+    ``__init__`` (imported by every ``from package import x``) sits in its lowest row."""
+    def inside(name: str, package: str) -> bool:
+        return name == package or name.startswith(f"{package}.")
+
+    named = [i for i, (package, modules) in enumerate(rows) if any(inside(module, f"{package}.{m}") for m in modules)]
+    if named:
+        return named[0]
+    around = [(len(package), i) for i, (package, modules) in enumerate(rows)
+              if not modules and inside(module, package) and module != package]
+    if around:
+        return max(around)[1]
+    own = [i for i, (package, _) in enumerate(rows) if package == module]
+    assert own, f"{module} is in no room of docs/ARCHITECTURE.md's table"
+    return max(own)
+
+
+def test_imports_go_down_the_architecture_table() -> None:
+    """Inside functions too: an import put off is still an arrow up."""
+    rows = layers()
+    assert [package for package, _ in rows][:4] == ["dags", "absreplay.airflow_plugin", "absreplay.airflow",
+                                                     "absreplay.commands"]
+    up = []
+    for module, path in MODULES.items():
+        here = layer_of(module, rows)
+        for name in imported(module, list(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))):
+            if name in MODULES and layer_of(name, rows) < here:
+                up.append(f"{module} -> {name}")
+    assert sorted(up) == []

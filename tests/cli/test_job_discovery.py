@@ -12,16 +12,16 @@ import json
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 
 import pytest  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from absreplay import job_discovery  # noqa: E402
+from coordinator.dataflow import discovery as job_discovery  # noqa: E402
 from absreplay.commands import cli as absreplay_cli  # noqa: E402
-from absreplay.job_discovery import discover, get_job  # noqa: E402
+from coordinator.dataflow.discovery import discover, get_job  # noqa: E402
 from coordinator.errors import UnknownJobError  # noqa: E402
 from tests.helpers import JOBS_DIR, cli, cli_ok, one_line_error  # noqa: E402
 

@@ -28,7 +28,7 @@ def test_plan_names_each_change_and_a_changed_job_stops_before_spark(tmp_path, s
 
     def declare(version: int, **parts: str) -> None:
         """The job file as the user edits it: each edit in a folder of its own, since a process finds a
-        folder's jobs once (``absreplay.job_discovery``)."""
+        folder's jobs once (``coordinator.dataflow.discovery``)."""
         jobs = tmp_path / f"jobs-{version}"
         jobs.mkdir()
         (jobs / "clicks.py").write_text(FILE.format(**parts))

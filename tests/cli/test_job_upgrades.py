@@ -21,7 +21,7 @@ from absreplay_examples.clicks_versions import PAGES, job_file
 
 class Clicks:
     """The clicks job as its user edits it: each version in a folder of its own, since a process finds a
-    folder's jobs once (``absreplay.job_discovery``); segments of six clicks, over three users and two pages."""
+    folder's jobs once (``coordinator.dataflow.discovery``); segments of six clicks, over three users and two pages."""
 
     def __init__(self, tmp_path: Path, sqlite_url: str) -> None:
         self.tmp_path = tmp_path

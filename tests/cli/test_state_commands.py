@@ -76,7 +76,7 @@ def test_diff_names_added_and_changed_keys(wordcount_ws) -> None:
 
 
 def test_the_spark_entry_returns_the_same_verified_rows(wordcount_ws, spark) -> None:
-    from spark_jobs.state.state_frame import state_dataframe
+    from spark_jobs.state_frame import state_dataframe
 
     ws = wordcount_ws
     df = state_dataframe(spark, "wordcount", 4, settings=ws.settings)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.sinks.deletes import DELETE
 from tests import carts_data
 from tests.helpers import JOBS_DIR, cli_ok, crash, make_workspace, start

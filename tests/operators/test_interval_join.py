@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.models import DeadLetter, TaskAck
 from coordinator.simulator import SnapshotMode, prefix_states, simulate
 from spark_jobs.operators import interval_join

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from absreplay import job_discovery
+from coordinator.dataflow import discovery as job_discovery
 from coordinator.catalog.models import record_bytes
 from tests.helpers import make_workspace
 from tests.segment_files import land

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests.helpers import JOBS_DIR, cli_ok, make_workspace
 
 pytestmark = [pytest.mark.spark]

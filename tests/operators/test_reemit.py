@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests import reemit_data
 from tests.helpers import JOBS_DIR, cli_ok, crash, crash_then_kill, make_workspace
 

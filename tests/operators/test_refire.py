@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
-from absreplay.job_graph import WINDOW_EMITTED
+from coordinator.dataflow.discovery import get_job
+from coordinator.dataflow.compile import WINDOW_EMITTED
 from coordinator.catalog.models import DeadLetter
 from tests import refire_data
 from tests.helpers import JOBS_DIR, cli_ok, crash, crash_then_kill, make_workspace

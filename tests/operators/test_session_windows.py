@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
-from absreplay.job_graph import SESSION_EMITTED, output_schema
+from coordinator.dataflow.discovery import get_job
+from coordinator.dataflow.compile import SESSION_EMITTED, output_schema
 from coordinator.catalog.models import DeadLetter
 from spark_jobs.operators import session_windows
 from spark_jobs.operators.keyed_operators import LATE_COLUMNS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import absreplay.api as abs
-from absreplay.job_graph import output_schema, state_spec
+from coordinator.dataflow.compile import output_schema, state_spec
 from coordinator.catalog import epochs
 from coordinator.dataflow import ttl
 from coordinator.errors import UsageError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog import audit
 from tests import ttl_data
 from tests.helpers import JOBS_DIR, cli_ok, crash, make_workspace

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.db import upgrade
 from coordinator.checkpoints.policy import CheckpointPolicy
 from coordinator.faults import ProcessCrash

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import JOBS_DIR
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples.definitions import connected_components
 from spark_jobs.operators.dataflow import Dataflow
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples import page_views_data
 from coordinator.checkpoints.state_reader import state_at
 from spark_jobs.run.runner import EpochRunner

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests.window_reference import tumbling
 from tests.helpers import JOBS_DIR, cli, make_workspace
 

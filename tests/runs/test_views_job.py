@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests import views_data
 from tests.helpers import JOBS_DIR, cli_ok, crash, make_workspace
 from tests.runs.test_random_kills import run_and_maybe_kill

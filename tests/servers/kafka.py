@@ -26,7 +26,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from absreplay.airflow.orchestration import stop_process_group
+from absreplay.commands.process_group import stop_process_group
 from absreplay.commands.standalone_cluster import free_port
 from tests.servers.jvm_deps import classpath
 

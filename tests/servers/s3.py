@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from absreplay.airflow.orchestration import stop_process_group
+from absreplay.commands.process_group import stop_process_group
 from absreplay.commands.standalone_cluster import free_port
 from tests.servers.jvm_deps import classpath
 

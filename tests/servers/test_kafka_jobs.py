@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.db import upgrade
 from coordinator.errors import SourceError
 from tests import kafka_data

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples.recount import recount
 from coordinator.catalog.db import upgrade
 from tests.helpers import JOBS_DIR, make_workspace

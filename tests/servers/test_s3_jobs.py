@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.db import upgrade
 from tests import views_data
 from tests.helpers import JOBS_DIR, make_workspace

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from absreplay.airflow.orchestration import stop_process_group
+from absreplay.commands.process_group import stop_process_group
 from absreplay.commands import jvm_archive
 from tests.servers.hdfs import HdfsServer
 from tests.servers.jvm_deps import CLASSPATHS, classpath

@@ -13,7 +13,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import isolate_airflow_home
+from absreplay.commands.airflow_demo import isolate_airflow_home
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
-from absreplay import job_discovery
+from coordinator.dataflow import discovery as job_discovery
 from coordinator.catalog import audit
 from coordinator.catalog.db import make_engine
 from coordinator.catalog.models import DeadLetter, dead_letter_columns, record_bytes, storable_text

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 import absreplay.api as abs
-from absreplay import job_discovery
+from coordinator.dataflow import discovery as job_discovery
 from absreplay.airflow import orchestration
 from coordinator.catalog import audit
 from coordinator.catalog.db import make_engine

@@ -19,7 +19,7 @@ from deltalake import DeltaTable, write_deltalake
 from sqlalchemy import select, text
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.catalog.models import DeadLetter, SourceSegment
 from coordinator.checkpoints import run_plan
 from coordinator.errors import SourceError

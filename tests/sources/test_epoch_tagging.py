@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples.wordcount import tokenize
 from coordinator.catalog.db import upgrade
 from coordinator.catalog.models import SourceSegment

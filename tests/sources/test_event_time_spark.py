@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import text
 
 import absreplay.api as abs
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.sources.event_time import TimestampError, event_time_ms
 from spark_jobs.records.event_time import event_ms
 from spark_jobs.records.record_parsing import parse

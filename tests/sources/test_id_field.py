@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from absreplay_examples.sample_data import land_jsonl_segment
 from tests.helpers import JOBS_DIR, cli_ok, make_workspace
 

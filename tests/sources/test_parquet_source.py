@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace, one_line_error
 
 pytestmark = [pytest.mark.spark]

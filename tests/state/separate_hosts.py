@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from absreplay.airflow.orchestration import stop_process_group
+from absreplay.commands.process_group import stop_process_group
 from absreplay.commands.standalone_cluster import READY_TIMEOUT_S, StandaloneCluster, free_port
 
 #: mount a private tmpfs over each folder given, then run the command: a host's own local disk

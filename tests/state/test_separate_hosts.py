@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from tests import views_data
 from tests.helpers import ABSREPLAY, JOBS_DIR, cli_ok, make_workspace
 from tests.state.separate_hosts import SeparateHosts, separate_hosts

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from absreplay.airflow.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db, spark_connection
+from absreplay.commands.airflow_demo import dags_folder, isolate_airflow_home, migrate_airflow_db, spark_connection
 
 isolate_airflow_home()  # before airflow is imported: its configuration is read once
 

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from absreplay.commands.demo import JOB, check_exact, demo_catalog, demo_settings, finish_demo
 from absreplay.commands.submit import make_jvm_archive
-from absreplay.airflow.orchestration import DATABASE_URL_VARIABLE
+from absreplay.commands.context import DATABASE_URL_VARIABLE
 from coordinator.errors import AbsError, ConfigError
 
 ISOLATED_MARKER = "ABS_ISOLATED_AIRFLOW_HOME"

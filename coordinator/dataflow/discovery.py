@@ -25,9 +25,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 
-import absreplay
-import coordinator
-from absreplay.api import Job
+from coordinator.dataflow.compile import build_definition
+from coordinator.dataflow.declaration import JobDeclaration as Job
 from coordinator.dataflow.jobs import JobDefinition, check_name
 from coordinator.errors import ConfigError, UnknownJobError, UsageError
 
@@ -35,8 +34,8 @@ GROUP = "absreplay.jobs"
 JOBS_DIR_ENV = "ABS_JOBS_DIR"
 #: modules of the jobs folder are imported under this prefix
 FOLDER_PACKAGE = "absreplay_jobs_dir"
-#: the directories of ABS Replay's own packages (not its examples)
-OWN_CODE = tuple(f"{Path(package.__file__).parent}{os.sep}" for package in (absreplay, coordinator))
+#: ABS Replay's own packages (not its examples), whose frames a declaration's error never points at
+OWN_PACKAGES = ("absreplay", "coordinator")
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class Found:
             return
         for job in declared:
             try:
-                definition = job.definition(origin)
+                definition = build_definition(job, origin)
             except ValueError as exc:
                 self.broken.append(BrokenJob(origin, str(exc)))
                 continue
@@ -101,8 +100,10 @@ def _one_line(exc: BaseException) -> str:
     first = text.splitlines()[0] if text else ""
     if isinstance(exc, SyntaxError):
         return f"{exc.__class__.__name__}: {first}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(("<", *OWN_CODE))]
-    where = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+    frames = [(frame.f_code.co_filename, line) for frame, line in traceback.walk_tb(exc.__traceback__)
+              if not frame.f_code.co_filename.startswith("<")
+              and str(frame.f_globals.get("__name__", "")).partition(".")[0] not in OWN_PACKAGES]
+    where = f" ({Path(frames[-1][0]).name}, line {frames[-1][1]})" if frames else ""
     return f"{exc.__class__.__name__}{f': {first}' if first else ''}{where}"
 
 

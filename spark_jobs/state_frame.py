@@ -1,6 +1,6 @@
 """An operator's keyed state at a retained (completed) checkpoint as a Spark DataFrame, for notebooks and jobs:
 
-    from spark_jobs.state.state_frame import state_dataframe
+    from spark_jobs.state_frame import state_dataframe
     df = state_dataframe(spark, JOB, 812, OPERATOR)        # verified like a restore
     df.where(df[KEY] == value).show()
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from coordinator.catalog.db import ensure_migrated, make_engine
-from absreplay.job_discovery import get_job
+from coordinator.dataflow.discovery import get_job
 from coordinator.settings import Settings
 from coordinator.checkpoints.state_reader import check_operator, check_retained
 from coordinator.checkpoints.store import CheckpointStore

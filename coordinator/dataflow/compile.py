@@ -1,4 +1,4 @@
-"""A declared job (``absreplay.declaration``) as the checkpoint lifecycle's ``JobDefinition``: its graph,
+"""A declared job (``coordinator.dataflow.declaration``) as the checkpoint lifecycle's ``JobDefinition``: its graph,
 the keyed state of every stateful operator, its sinks and sources. Checks the declaration on the way:
 a ValueError names the operator and what is wrong with it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from absreplay.declaration import JobDeclaration, Node, Session, late_sink_name
+from coordinator.dataflow.declaration import JobDeclaration, Node, Session, late_sink_name
 from coordinator.dataflow.code_digest import code_digest
 from coordinator.dataflow.ttl import check_consistency, event_columns
 from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning

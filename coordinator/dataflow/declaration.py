@@ -1,5 +1,5 @@
 """What a job file declares, as data: the job's settings and its graph of nodes (operators with their
-aggregates, loops and windows). ``absreplay.api`` builds it; ``absreplay.job_graph`` reads it into
+aggregates, loops and windows). ``absreplay.api`` builds it; ``coordinator.dataflow.compile`` reads it into
 the checkpoint lifecycle's ``JobDefinition``; ``spark_jobs.operators.dataflow`` runs it. No Spark here.
 
 Names are checked as they are declared: they become paths and catalog keys.
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from absreplay.demo_data import DemoData
+from coordinator.dataflow.demo_data import DemoData
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.jobs import check_dead_letter_share, check_name
 from coordinator.keywords import checked_keywords
@@ -208,7 +208,7 @@ class JobDeclaration:
     #: above it the inject fails (exit 1, the barrier still registered), so a batch of refused records
     #: is not a quiet success
     max_dead_letter_share: float | None = None
-    #: sample input and an independent reference of the sink, for ``absreplay demo`` (``absreplay.demo_data``)
+    #: sample input and an independent reference of the sink, for ``absreplay demo`` (``coordinator.dataflow.demo_data``)
     demo: DemoData | None = None
     nodes: list[Node] = field(default_factory=list)
 
