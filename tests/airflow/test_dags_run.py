@@ -55,12 +55,15 @@ def dags() -> dict:
 
 @pytest.fixture(autouse=True)
 def form_defaults(dags: dict):
-    """dag.test() runs every task in this process, and Airflow's process_params sets a run's conf on the DAG's
-    own Param objects: one test's form values would be the next test's defaults, which no scheduler does."""
-    saved = {dag_id: copy.deepcopy(dag.params) for dag_id, dag in dags.items()}
+    """dag.test() runs every task in this process, and Airflow's process_params sets a run's conf on the Param
+    objects the DAG and its tasks share: one test's form values would be the next test's defaults, which no
+    scheduler does. Each test starts from the values the DAG files gave."""
+    params = [p for dag in dags.values() for held in (dag.params, *(t.params for t in dag.tasks))
+              for p in (held.get_param(k) for k in held)]
+    saved = [(p, copy.deepcopy(p.value)) for p in params]
     yield
-    for dag_id, params in saved.items():
-        dags[dag_id].params = params
+    for param, value in saved:
+        param.value = value
 
 
 @pytest.fixture
