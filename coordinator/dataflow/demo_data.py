@@ -3,7 +3,7 @@ its sink must hold after exactly the records before a barrier (the check an exac
 
 A job declares it as ``abs.Job(..., demo=...)``; the demo finds the job by discovery, as every command
 does, and reaches it through the job's declaration (``JobDefinition.spec.demo``). The reference jobs
-implement it (``absreplay_examples.wordcount``); any job may.
+implement it; any job may.
 """
 
 from __future__ import annotations

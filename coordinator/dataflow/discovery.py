@@ -1,7 +1,7 @@
 """Where jobs come from: installed packages and a jobs folder, the way Airflow reads its dags folder.
 
 - Installed packages name their jobs in the ``absreplay.jobs`` entry-point group
-  (``[project.entry-points."absreplay.jobs"] wordcount = "my_package.jobs:job"``);
+  (``[project.entry-points."absreplay.jobs"] my_job = "my_package.jobs:job"``);
   an entry point may name a ``Job``, a module (its module-level ``Job`` objects
   count) or a function returning jobs.
 - ``$ABS_JOBS_DIR`` (unset: none): every ``*.py`` file in it not starting with
