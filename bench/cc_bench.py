@@ -45,7 +45,7 @@ MAX_DRAIN_EPOCHS = 30
 
 def run_mode(spark, root: Path, mode: str, args: argparse.Namespace) -> dict:
     from spark_jobs.run.runner import EpochRunner
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     settings = Settings.from_env({"ABS_HOME": str(root / mode)})
     upgrade(settings.database_url)

@@ -132,7 +132,7 @@ class Scenario(WordcountCatalog):
     def process(self, spark, epochs: int, max_epochs: int | None = None) -> dict:
         """One processing run (of ``epochs`` epochs) and its finalize: times and requests of each."""
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         runner = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
                              mode=SnapshotMode("async"), max_epochs=max_epochs)

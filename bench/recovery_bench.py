@@ -51,7 +51,7 @@ def land(input_dir: Path, batch: int, words: list[str]) -> None:
 def measure(spark, base: Path, keys: int, lines: int) -> dict:
     from spark_jobs.recover import run_recovery
     from spark_jobs.run.runner import EpochRunner
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     settings = Settings.from_env({"ABS_HOME": str(base / f"k{keys}")})
     upgrade(settings.database_url)

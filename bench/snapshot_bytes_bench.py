@@ -49,7 +49,7 @@ MODES = ("incremental", "full")
 def run_mode(spark, root: Path, mode: str, args: argparse.Namespace) -> dict:
     """Every epoch in a run of its own; per checkpoint and operator, what its snapshot wrote."""
     from spark_jobs.run.runner import EpochRunner
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     os.environ["ABS_HOME"] = str(root)  # the Delta sink's default location
     settings = Settings.from_env({"ABS_HOME": str(root)})

@@ -94,7 +94,7 @@ class Scenario:
 
     def run(self, spark, max_epochs: int | None = None):
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         t0 = time.perf_counter()
         report = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,

@@ -92,7 +92,7 @@ class Run:
 
     def catch_up(self, spark, mode: str) -> dict:
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         runner = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
                              mode=SnapshotMode("async" if mode == "weak" else mode))

@@ -76,7 +76,7 @@ class Scenario:
 
     def run(self, spark, fault: str | None, checkpoint_id: int) -> tuple[float, bool]:
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         armed = f"{fault}@{checkpoint_id}" + ("/1" if fault == "snapshot.after_ack" else "")
         if fault:

@@ -87,7 +87,7 @@ class Scenario(WordcountCatalog):
     def run(self, spark, mode: str, max_epochs: int | None = None) -> dict:
         """One processing run and its finalize: wall times, and the RunReport's restore and epoch times."""
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         runner = EpochRunner(spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,
                              mode=SnapshotMode(mode), max_epochs=max_epochs)

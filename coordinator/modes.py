@@ -32,7 +32,7 @@ class Consistency(StrEnum):
 class RecoveryKind(StrEnum):
     RECOVER = "recover"
     REWIND = "rewind"
-    #: to a new version of the job's declaration (``coordinator.checkpoints.upgrade``)
+    #: to a new version of the job's declaration (``coordinator.upgrades.upgrade``)
     UPGRADE = "upgrade"
 
 

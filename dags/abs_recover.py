@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, dag, task
 
-from absreplay.airflow import orchestration, sink_assets
+from absreplay.airflow import orchestration, recovery_tasks, sink_assets
 from coordinator.dataflow.discovery import jobs_for_dags
 from coordinator.arguments import BIGINT_MAX
 from coordinator.dataflow.jobs import JobDefinition
@@ -96,7 +96,7 @@ def recover_dag(job: JobDefinition) -> DAG:
         def validate_request(params: dict[str, Any] | None = None, run_id: str | None = None) -> dict[str, Any]:
             assert params is not None
             request = orchestration.run_in_task(
-                orchestration.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"],
+                recovery_tasks.validate_recovery, job.name, params["checkpoint"], params["mode"], params["rewind"],
                 params.get("fallback", False), run_id, params.get("upgrade", False),
             )
             print(f"recovery request: {request}")
@@ -104,7 +104,7 @@ def recover_dag(job: JobDefinition) -> DAG:
 
         @task(outlets=[sink_assets.sink_alias(job.name)])
         def run_recovery(request: dict[str, Any], outlet_events: Any = None) -> str:
-            output, sink_commits = orchestration.run_in_task(orchestration.run_recovery_publishing, request)
+            output, sink_commits = orchestration.run_in_task(recovery_tasks.run_recovery_publishing, request)
             sink_assets.publish_sink_commits(outlet_events, job.name, sink_commits)
             return output
 

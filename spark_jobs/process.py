@@ -22,13 +22,14 @@ from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING
 
-from coordinator.checkpoints import job_plan, recovery, rescale, run_plan, weak
+from coordinator.checkpoints import recovery, rescale, run_plan, weak
+from coordinator.upgrades import job_plan
 from coordinator.catalog.db import ensure_migrated, make_engine
 from coordinator.errors import as_user_error
 from coordinator.dataflow.discovery import get_job
 from coordinator.arguments import parse, positive_arg
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
-from coordinator.checkpoints.modes import RecoveryKind, RecoveryMode, SnapshotMode
+from coordinator.modes import RecoveryKind, RecoveryMode, SnapshotMode
 from coordinator.checkpoints.recovery import RecoveryRequest
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore

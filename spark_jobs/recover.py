@@ -17,7 +17,8 @@ import time
 
 from pyspark.sql import SparkSession
 
-from coordinator.checkpoints import job_plan, recovery, rescale, run_plan, upgrade
+from coordinator.checkpoints import recovery, rescale, run_plan
+from coordinator.upgrades import job_plan, upgrade
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
 from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
 from coordinator.checkpoints.store import CheckpointStore
@@ -27,7 +28,7 @@ from coordinator.faults import fault_point
 from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators, refire
 from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
-from coordinator.checkpoints.modes import SnapshotMode
+from coordinator.modes import SnapshotMode
 
 
 def restated_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:

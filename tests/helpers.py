@@ -80,7 +80,7 @@ class Workspace:
 
     def run_epochs(self, spark, mode: str = "async", **kwargs):
         from spark_jobs.run.runner import EpochRunner
-        from coordinator.checkpoints.modes import SnapshotMode
+        from coordinator.modes import SnapshotMode
 
         runner = EpochRunner(
             spark, self.store, self.job, self.settings.data_dir, self.settings.state_uri,

@@ -21,7 +21,9 @@ from absreplay.options import checkpoint_option, count_option
 from absreplay.commands.context import JobContext, job_context, open_store_if_migrated
 from coordinator.catalog import db as catalog_db
 from coordinator.catalog.db import safe_url
-from coordinator.checkpoints import job_plan, modes, weak
+from coordinator import modes
+from coordinator.checkpoints import weak
+from coordinator.upgrades import job_plan
 from coordinator.errors import UsageError, as_user_error
 from coordinator.dataflow.discovery import discover, jobs_folder
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
@@ -292,7 +294,7 @@ def upgrade(
     carried over, new and changed state is built by replaying the input, new sinks get the backfill, upsert
     sinks with new columns are restated; sinks never get a record twice. Run again after a crash: it resumes."""
     from coordinator.checkpoints import recovery
-    from coordinator.checkpoints import upgrade as upgrades
+    from coordinator.upgrades import upgrade as upgrades
 
     ctx = job_context(job)
     weak.refuse(ctx.job, "upgrade")

@@ -6,7 +6,7 @@ from dataclasses import asdict
 
 from rich.table import Table
 
-from coordinator.checkpoints.job_plan import JobPlan
+from coordinator.upgrades.job_plan import JobPlan
 from coordinator.dataflow.changes import Change
 
 #: a change's colour in the table: what needs the user stands out

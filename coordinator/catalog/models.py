@@ -294,7 +294,7 @@ class Recovery(Base):
 
 
 class Upgrade(Base):
-    """One `upgrade` of a job to a new version of its declaration (``coordinator.checkpoints.upgrade``); its
+    """One `upgrade` of a job to a new version of its declaration (``coordinator.upgrades.upgrade``); its
     ``recoveries`` row (kind ``upgrade``) says how it ran and ended."""
 
     __tablename__ = "upgrades"

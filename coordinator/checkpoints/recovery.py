@@ -42,7 +42,7 @@ from coordinator.catalog.models import Checkpoint, Job, Recovery, SinkTransactio
 from coordinator.errors import AbsError, CatalogUnavailableError, CheckpointNotFoundError, UsageError
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointEvent, CheckpointStatus, SinkTxnStatus, transition
-from coordinator.checkpoints.modes import RecoveryKind, RecoveryMode
+from coordinator.modes import RecoveryKind, RecoveryMode
 from coordinator.checkpoints.store import CheckpointStore
 
 

@@ -19,7 +19,7 @@ ever processed twice: lost records, never duplicates. ``absreplay recover``,
 
 from __future__ import annotations
 
-from coordinator.checkpoints.modes import SnapshotMode
+from coordinator.modes import SnapshotMode
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition

@@ -4,7 +4,7 @@ operator and sink by sink, and what an upgrade does with each.
 Compatible is what keeps every stored row meaningful: a new aggregate column (built from the input, the
 others carried over), a dropped one, a sink's new column. Incompatible is what makes stored rows mean
 something else: another key or column type, another window or function, other inputs, and everything
-fed by such an operator. No Spark here; ``coordinator.checkpoints.job_plan`` reads the versions.
+fed by such an operator. No Spark here; ``coordinator.upgrades.job_plan`` reads the versions.
 """
 
 from __future__ import annotations

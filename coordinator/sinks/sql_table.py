@@ -139,7 +139,7 @@ class SqlTableTarget:
         self._table.metadata.create_all(conn, checkfirst=True)
 
     def evolve_in(self, conn: Connection | Session) -> list[str]:
-        """The table made to hold the declared columns (an upgrade, ``coordinator.checkpoints.upgrade``):
+        """The table made to hold the declared columns (an upgrade, ``coordinator.upgrades.upgrade``):
         columns declared since are added, empty until rows are restated; columns no longer declared are
         dropped. A column of another type is not changed here (``prepare_in`` names it). Returns what it did."""
         conn = conn.connection() if isinstance(conn, Session) else conn

@@ -29,7 +29,7 @@ from dataclasses import asdict
 from sqlalchemy import select
 
 from coordinator.catalog.models import Recovery, Upgrade, utcnow
-from coordinator.checkpoints.job_plan import JobPlan
+from coordinator.upgrades.job_plan import JobPlan
 from coordinator.checkpoints import recovery
 from coordinator.checkpoints.recovery import RecoveryResult, resolve
 from coordinator.checkpoints.store import CheckpointStore

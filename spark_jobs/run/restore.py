@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
-from coordinator.checkpoints import job_plan, rescale, state_chain, upgrade
+from coordinator.checkpoints import rescale, state_chain
+from coordinator.upgrades import job_plan, upgrade
 from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
@@ -137,7 +138,7 @@ class StateRestorer:
 
     def fresh(self, checkpoint_id: int) -> set[str]:
         """The operators whose state a restore of ``checkpoint_id`` into the job as declared now starts empty
-        (an upgrade's plan: ``coordinator.checkpoints.upgrade``); none when the job is as it was then."""
+        (an upgrade's plan: ``coordinator.upgrades.upgrade``); none when the job is as it was then."""
         found = job_plan.plan(self.store, self.job, checkpoint_id)
         return upgrade.fresh_operators(found) if found.needs_upgrade else set()
 

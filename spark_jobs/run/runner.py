@@ -24,8 +24,8 @@ from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
 from coordinator.sources import delta_source, kafka_source, kinds, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog import epochs as catalog_epochs
-from coordinator.checkpoints import modes
-from coordinator.checkpoints.modes import SnapshotMode
+from coordinator import modes
+from coordinator.modes import SnapshotMode
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.store import CheckpointStore

@@ -43,7 +43,7 @@ from coordinator.faults import fault_point
 from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.checkpoints.lifecycle import AckResult, FailureReason
-from coordinator.checkpoints.modes import SnapshotMode
+from coordinator.modes import SnapshotMode
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle

@@ -15,7 +15,7 @@ isolate_airflow_home()  # task_errors imports airflow
 import pytest  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
-from absreplay.airflow import orchestration  # noqa: E402
+from absreplay.airflow import orchestration, recovery_tasks  # noqa: E402
 from absreplay.commands.pyfiles import PREFIX, build_pyfiles_zip  # noqa: E402
 from coordinator.catalog.models import Job, utcnow  # noqa: E402
 from coordinator.checkpoints import recovery  # noqa: E402
@@ -84,7 +84,7 @@ def test_bad_input_fails_without_retry_other_errors_retry() -> None:
     assert orchestration.fails_without_retry(CheckpointNotFoundError("wordcount", 9))
     assert not orchestration.fails_without_retry(CatalogUnavailableError("down"))
     assert not orchestration.fails_without_retry(AbsError("boom"))
-    assert orchestration.fails_without_retry(orchestration.RecoveryCommandError(["recover"], 2, "bad"))
+    assert orchestration.fails_without_retry(recovery_tasks.RecoveryCommandError(["recover"], 2, "bad"))
     with pytest.raises(AirflowFailException, match="checkpoint 9 of job 'wordcount' does not exist"):
         with orchestration.task_errors():
             raise CheckpointNotFoundError("wordcount", 9)
@@ -189,14 +189,14 @@ def history(ws: Workspace) -> Workspace:
 
 
 def test_recovery_defaults_to_the_latest_completed_checkpoint(history: Workspace) -> None:
-    request = orchestration.validate_recovery(history.settings, "wordcount", None, "full", False)
+    request = recovery_tasks.validate_recovery(history.settings, "wordcount", None, "full", False)
     assert request == {"job": "wordcount", "checkpoint_id": 3, "mode": "full", "rewind": False, "fallback": False,
                        "airflow_run_id": None, "upgrade": False}
-    assert orchestration.RecoveryRequest(**request).cli_args() == [
+    assert recovery_tasks.RecoveryRequest(**request).cli_args() == [
         "recover", "wordcount", "--checkpoint", "3", "--mode", "full"]
-    rewind = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", True)
-    assert orchestration.RecoveryRequest(**rewind).cli_args() == ["rewind", "wordcount", "--to", "3"]
-    partial = orchestration.validate_recovery(history.settings, "wordcount", 3, "partial", False)
+    rewind = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", True)
+    assert recovery_tasks.RecoveryRequest(**rewind).cli_args() == ["rewind", "wordcount", "--to", "3"]
+    partial = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "partial", False)
     assert partial["mode"] == "partial"
 
 
@@ -210,7 +210,7 @@ BAD_REQUESTS = [
     (2**63, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807.*got 9223372036854775808"),
     ("3", "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
     (True, "full", False, "checkpoint must be a whole number from 1 to 9223372036854775807"),
-    (3, "quick", False, "mode must be one of full, partial"),
+    (3, "quick", False, "mode must be full or partial, not 'quick'"),
     (3, "full", "yes", "rewind must be true or false"),
     (3, "partial", True, "use mode 'full' with rewind"),
 ]
@@ -220,14 +220,14 @@ def test_a_superseded_checkpoint_cannot_be_recovered(history: Workspace) -> None
     with history.store.engine.begin() as c:
         c.execute(text("UPDATE checkpoints SET status = 'SUPERSEDED' WHERE checkpoint_id = 3"))
     with pytest.raises(UsageError, match="is SUPERSEDED: a recovery or rewind replaced it"):
-        orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False)
+        recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", False)
 
 
 def test_bad_recovery_requests_say_why_and_change_nothing(history: Workspace) -> None:
     before = catalog_snapshot(history)
     for checkpoint, mode, rewind, message in BAD_REQUESTS:
         with pytest.raises(UsageError, match=message) as raised:
-            orchestration.validate_recovery(history.settings, "wordcount", checkpoint, mode, rewind)
+            recovery_tasks.validate_recovery(history.settings, "wordcount", checkpoint, mode, rewind)
         assert orchestration.fails_without_retry(raised.value), (checkpoint, mode, rewind)
     assert catalog_snapshot(history) == before
     # each refusal is audited with its reason, and nothing else is
@@ -252,11 +252,11 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
                        "VALUES ('wordcount', 'old-tokenizer', 'before the fix', :parts, :now)"),
                   {"parts": json.dumps(old), "now": utcnow()})
         c.execute(text("UPDATE checkpoints SET job_version = 'old-tokenizer' WHERE checkpoint_id = 3"))
-    request = orchestration.validate_recovery(history.settings, "wordcount", None, "full", False, upgrade=True)
-    assert orchestration.RecoveryRequest(**request).cli_args() == ["upgrade", "wordcount", "--from-start"]
-    request = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False, False, "manual__1",
+    request = recovery_tasks.validate_recovery(history.settings, "wordcount", None, "full", False, upgrade=True)
+    assert recovery_tasks.RecoveryRequest(**request).cli_args() == ["upgrade", "wordcount", "--from-start"]
+    request = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", False, False, "manual__1",
                                               True)
-    assert orchestration.RecoveryRequest(**request).cli_args() == [
+    assert recovery_tasks.RecoveryRequest(**request).cli_args() == [
         "upgrade", "wordcount", "--from-checkpoint", "3", "--airflow-run-id", "manual__1"]
     before = catalog_snapshot(history)
     for checkpoint, rewind, upgrade, message in [
@@ -265,7 +265,7 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
             (0, False, True, "checkpoint must be a whole number from 1 to 9223372036854775807, or empty to rebuild"),
             (3, False, "yes", "upgrade must be true or false")]:
         with pytest.raises(UsageError, match=message):
-            orchestration.validate_recovery(history.settings, "wordcount", checkpoint, "full", rewind, upgrade=upgrade)
+            recovery_tasks.validate_recovery(history.settings, "wordcount", checkpoint, "full", rewind, upgrade=upgrade)
     assert catalog_snapshot(history) == before
     assert [(r["kind"], r["result"]) for r in recovery.history(history.store, "wordcount")] == [
         ("upgrade", "REFUSED")] * 3 + [("recover", "REFUSED")]
@@ -273,25 +273,25 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
 
 def test_recovery_before_any_completed_checkpoint_starts_from_the_sources(ws: Workspace) -> None:
     orchestration.inject_barrier(ws.settings, "wordcount")
-    request = orchestration.validate_recovery(ws.settings, "wordcount", None, "full", False)
+    request = recovery_tasks.validate_recovery(ws.settings, "wordcount", None, "full", False)
     assert request["checkpoint_id"] is None
-    assert orchestration.RecoveryRequest(**request).cli_args() == ["recover", "wordcount", "--mode", "full"]
+    assert recovery_tasks.RecoveryRequest(**request).cli_args() == ["recover", "wordcount", "--mode", "full"]
     # a rewind needs a checkpoint to go back to
     with pytest.raises(UsageError, match="job 'wordcount' has no completed checkpoint to rewind to yet"):
-        orchestration.validate_recovery(ws.settings, "wordcount", None, "full", True)
+        recovery_tasks.validate_recovery(ws.settings, "wordcount", None, "full", True)
 
 
 def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history: Workspace) -> None:
-    request = orchestration.validate_recovery(history.settings, "wordcount", 3, "full", False, True)
-    assert orchestration.RecoveryRequest(**request).cli_args()[-1] == "--fallback"
+    request = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", False, True)
+    assert recovery_tasks.RecoveryRequest(**request).cli_args()[-1] == "--fallback"
     # between validation and the run, checkpoint 3 is subsumed: the command line refuses, exit 2
     orchestration.inject_barrier(history.settings, "wordcount")
     history.complete(4)
     history.complete(5)
     assert 3 in history.store.subsume_beyond_retention("wordcount")
-    with pytest.raises(orchestration.RecoveryCommandError,
+    with pytest.raises(recovery_tasks.RecoveryCommandError,
                        match=r"`absreplay recover wordcount .*` exited 2: checkpoint 3 of job 'wordcount' is SUBSUMED") as raised:
-        orchestration.run_recovery(history.settings, request)
+        recovery_tasks.run_recovery(history.settings, request)
     assert raised.value.exit_code == 2
     assert orchestration.fails_without_retry(raised.value)
 
@@ -301,18 +301,18 @@ JVM = "Picked up JAVA_TOOL_OPTIONS: -XX:+UseSerialGC\nWARNING: Using incubator m
 
 def test_a_failed_recovery_command_is_reported_by_its_error_line_not_the_jvms_first_line() -> None:
     # the command line's own refusal, on its stderr
-    assert orchestration.command_error("error: checkpoint 3 of job 'wordcount' is SUBSUMED\n", "") == (
+    assert recovery_tasks.command_error("error: checkpoint 3 of job 'wordcount' is SUBSUMED\n", "") == (
         "checkpoint 3 of job 'wordcount' is SUBSUMED")
     # the driver's refusal: spark-submit prints the driver's stderr on its stdout, after the JVM's own lines
     driver = ("wordcount: rewind from checkpoint 1 (full)\nerror: checkpoint 1 of job 'wordcount' is SUBSUMED\n"
               "recovery #2 (rewind, full): REFUSED; restored -, now at -, superseded 0\n"
               "  checkpoint 1 of job 'wordcount' is SUBSUMED\n")
-    assert orchestration.command_error(JVM, driver) == "checkpoint 1 of job 'wordcount' is SUBSUMED"
+    assert recovery_tasks.command_error(JVM, driver) == "checkpoint 1 of job 'wordcount' is SUBSUMED"
     # a bug in the driver: its traceback's exception, not the JVM's warning
     crash = ("Traceback (most recent call last):\n  File \"process.py\", line 1, in <module>\n    run()\n"
              "KeyError: 'cut'\nrecovery #3 (rewind, full): FAILED; restored -, now at -, superseded 0\n")
-    assert orchestration.command_error(JVM, crash) == "KeyError: 'cut'"
-    assert orchestration.command_error("", "") == "no message; stdout: "
+    assert recovery_tasks.command_error(JVM, crash) == "KeyError: 'cut'"
+    assert recovery_tasks.command_error("", "") == "no message; stdout: "
 
 
 def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path, monkeypatch) -> None:
@@ -325,11 +325,11 @@ def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path,
     fake = tmp_path / "absreplay"
     fake.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {pid_file}\nwait\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(orchestration, "absreplay_executable", lambda: str(fake))
-    monkeypatch.setattr(orchestration, "RECOVERY_TIMEOUT_S", 2)
+    monkeypatch.setattr(recovery_tasks, "absreplay_executable", lambda: str(fake))
+    monkeypatch.setattr(recovery_tasks, "RECOVERY_TIMEOUT_S", 2)
     request = {"job": "wordcount", "checkpoint_id": 1, "mode": "full", "rewind": False, "fallback": False}
-    with pytest.raises(orchestration.RecoveryCommandError, match="did not finish in 2 s; its whole process group"):
-        orchestration.run_recovery(Settings.from_env({"ABS_HOME": str(tmp_path)}), request)
+    with pytest.raises(recovery_tasks.RecoveryCommandError, match="did not finish in 2 s; its whole process group"):
+        recovery_tasks.run_recovery(Settings.from_env({"ABS_HOME": str(tmp_path)}), request)
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -264,7 +264,7 @@ def test_a_rewind_whose_checkpoint_a_finalize_subsumes_meanwhile_is_refused_and_
     """The request is valid when the DAG checks it and when the command line does; the driver, started by
     spark-submit, finds checkpoint 1 SUBSUMED. The run fails once (no retry) with the driver's error line, not
     the JVM's first line on stderr, and leaves a REFUSED row with its id, which the log and the view name."""
-    from absreplay.airflow import orchestration
+    from absreplay.airflow import orchestration, recovery_tasks
     from coordinator.checkpoints import recovery
 
     for batch in range(4):
@@ -276,7 +276,7 @@ def test_a_rewind_whose_checkpoint_a_finalize_subsumes_meanwhile_is_refused_and_
     command = tmp_path / "absreplay"
     command.write_text(f"#!{sys.executable}\n{FINALIZE_WHILE_SUBMITTING}")
     command.chmod(0o755)
-    monkeypatch.setattr(orchestration, "absreplay_executable", lambda: str(command))
+    monkeypatch.setattr(recovery_tasks, "absreplay_executable", lambda: str(command))
 
     run = dags["abs_wordcount_recover"].test(run_conf={"checkpoint": 1, "mode": "full", "rewind": True})
     assert run.state == "failed"

@@ -26,7 +26,7 @@ from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser 
 from airflow.api_fastapi.core_api.security import get_user  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from absreplay.airflow import orchestration  # noqa: E402
+from absreplay.airflow import orchestration, recovery_tasks  # noqa: E402
 from absreplay.airflow_plugin import recovery_runs  # noqa: E402
 from absreplay.airflow_plugin.access import auth_manager  # noqa: E402
 from absreplay.airflow_plugin.app import app  # noqa: E402
@@ -185,9 +185,9 @@ def test_a_followed_run_reads_as_a_sentence(as_role, runs: FakeRuns, ws: Workspa
 
 def test_a_refused_request_is_recorded_with_its_reason(ws: Workspace) -> None:
     with pytest.raises(CheckpointNotFoundError, match="PENDING"):
-        orchestration.validate_recovery(ws.settings, JOB, 5, "full", True, False, "manual__7")
+        recovery_tasks.validate_recovery(ws.settings, JOB, 5, "full", True, False, "manual__7")
     with pytest.raises(CheckpointNotFoundError, match="FAILED"):
-        orchestration.validate_recovery(ws.settings, JOB, 4, "full", False)
+        recovery_tasks.validate_recovery(ws.settings, JOB, 4, "full", False)
     pending, failed = recovery.history(ws.store, JOB)
     assert (pending["kind"], pending["result"], pending["requested_checkpoint_id"], pending["airflow_run_id"]) == (
         "rewind", "REFUSED", 5, "manual__7")
@@ -195,6 +195,6 @@ def test_a_refused_request_is_recorded_with_its_reason(ws: Workspace) -> None:
     assert (failed["kind"], failed["result"], failed["airflow_run_id"]) == ("recover", "REFUSED", None)
     assert "is FAILED (TASK_DECLINED" in failed["detail"]
     # a valid request is no refusal: nothing recorded, the run id travels to the command line
-    request = orchestration.validate_recovery(ws.settings, JOB, 2, "full", True, False, "manual__8")
-    assert orchestration.RecoveryRequest(**request).cli_args()[-2:] == ["--airflow-run-id", "manual__8"]
+    request = recovery_tasks.validate_recovery(ws.settings, JOB, 2, "full", True, False, "manual__8")
+    assert recovery_tasks.RecoveryRequest(**request).cli_args()[-2:] == ["--airflow-run-id", "manual__8"]
     assert len(recovery.history(ws.store, JOB)) == 2

@@ -59,7 +59,7 @@ def test_every_fault_point_has_a_case() -> None:
 )
 def test_killed_at_fault_point_then_resumed_is_exactly_once(point, tmp_path, pg_url, spark, summary) -> None:
     from spark_jobs.recover import run_recovery
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     job = wordcount()
     if point == "gc.before_delete":

@@ -25,7 +25,7 @@ def cycles(ws, spark, n: int) -> None:
 
 def recover(ws, spark, kind=RecoveryKind.RECOVER, mode=RecoveryMode.FULL, checkpoint=None, fallback=False):
     from spark_jobs.recover import run_recovery
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     request = RecoveryRequest(kind, mode, checkpoint, fallback)
     return run_recovery(spark, ws.store, ws.job, ws.settings, request, SnapshotMode.ASYNC)
@@ -134,7 +134,7 @@ def test_a_checkpoint_subsumed_before_the_run_took_the_lease_is_a_refused_recove
     """The application checks the request once more under the lease: a checkpoint a finalize subsumed
     since is refused there too, nothing changed, and the row says so for the run that asked."""
     from spark_jobs.recover import run_recovery
-    from coordinator.checkpoints.modes import SnapshotMode
+    from coordinator.modes import SnapshotMode
 
     ws = make_workspace(tmp_path, pg_url)
     for checkpoint_id in range(1, 5):
