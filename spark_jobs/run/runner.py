@@ -140,10 +140,11 @@ class EpochRunner:
         self.flow = dataflow_of(job)
         self.data_dir = data_dir
         self.state_uri = state_uri
-        self.weak = job.consistency == "weak"
+        self.weak = job.consistency == modes.Consistency.WEAK
         self.mode = mode
-        # a weak-consistency job's snapshots are its own kind (none stays the no-snapshot baseline)
-        self.weak_snapshots = modes.recorded(mode, job.consistency) == modes.WEAK_SNAPSHOTS
+        # what the checkpoints record: a weak job's snapshots are their own kind (none stays the baseline)
+        self.recorded_mode = modes.recorded(mode, job.consistency)
+        self.weak_snapshots = self.recorded_mode == modes.WEAK_SNAPSHOTS
         self.restore_from = restore_from
         self.max_epochs = max_epochs
         self.given_plan = plan
@@ -275,12 +276,11 @@ class EpochRunner:
         keep = {} if restored is None else {
             plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
         }
-        recorded = modes.recorded(self.mode, self.job.consistency)
-        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], recorded, keep,
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], self.recorded_mode, keep,
                                  definition=self.job, epoch_starts=run.epoch_starts)
         log(
             f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
-            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {recorded}, "
+            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.recorded_mode}, "
             f"parallelism {p}" + (f" ({weak.LABEL})" if self.weak else "")
         )
         t0 = time.perf_counter()
