@@ -3,13 +3,13 @@
     python bench/engine_bench.py [--keys 1e5,1e6] [--touched 1e4] [--epochs 10] [--quick] [--out FILE]
                                  [--engines sqlite,rocksdict,lmdb,duckdb,arrow_runs]
 
-Today's store (SQLite, ``spark_jobs.state.store.SubtaskStore``) against RocksDB (rocksdict), LMDB, DuckDB and
+Today's store (SQLite, ``spark_jobs.state.stores.store.SubtaskStore``) against RocksDB (rocksdict), LMDB, DuckDB and
 sorted Arrow runs (``ArrowRuns``, LSM-like), each state of N keys (k, count, total, updated):
 
-- ``reload_s``: the checkpoint's Parquet file read, sorted by key (as ``spark_jobs.state.loader._chain`` does) and loaded;
+- ``reload_s``: the checkpoint's Parquet file read, sorted by key (as ``spark_jobs.state.stores.loader._chain`` does) and loaded;
   ``first_epoch_after_reload_s``: the first epoch after it (where a lazy engine pays);
 - ``median_epoch_s``, ``max_epoch_s``: ``--epochs`` more epochs of ``--touched`` keys (half held, half new), each
-  in one transaction: the touched keys' rows read, folded with the contributions (``spark_jobs.state.fold.fold``, the same
+  in one transaction: the touched keys' rows read, folded with the contributions (``spark_jobs.state.stores.fold.fold``, the same
   for every engine), written back with the epoch's undo (pre-images, ``KEEP`` versions kept) and the version;
 - ``bytes_on_disk``: the blocks the store's files take after the epochs.
 

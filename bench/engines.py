@@ -1,8 +1,8 @@
 """The state engines ``bench/engine_bench.py`` compares, each one subtask's keyed aggregate store.
 
 Each engine has ``reload(rows sorted by key)``, ``apply(contributions, version, prev)``, ``rows_of(keys)`` and
-``close()``; every one folds with the framework's own fold (``spark_jobs.state.fold``), so they differ only in
-how they store: SQLite (today's ``spark_jobs.state.store.SubtaskStore``), RocksDB (rocksdict), LMDB, DuckDB,
+``close()``; every one folds with the framework's own fold (``spark_jobs.state.stores.fold``), so they differ only in
+how they store: SQLite (today's ``spark_jobs.state.stores.store.SubtaskStore``), RocksDB (rocksdict), LMDB, DuckDB,
 and sorted Arrow runs (LSM-like). Each keeps the undo of the last ``KEEP`` versions, as the framework's does.
 """
 
@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import rocksdict
 
-from spark_jobs.state.fold import fold
-from spark_jobs.state.store import KEEP, Layout, SubtaskStore
+from spark_jobs.state.stores.fold import fold
+from spark_jobs.state.stores.store import KEEP, Layout, SubtaskStore
 
 SCHEMA = pa.schema([("k", pa.string()), ("count", pa.int64()), ("total", pa.int64()), ("updated", pa.int64())])
-#: as ``spark_jobs.state.provider.layout_of`` builds it for ``count`` and ``sum(total)`` by ``k`` (``updated``: the epoch)
+#: as ``spark_jobs.state.stores.provider.layout_of`` builds it for ``count`` and ``sum(total)`` by ``k`` (``updated``: the epoch)
 LAYOUT = Layout(SCHEMA, ("k",), (("count", "sum"), ("total", "sum")))
 VALUES = SCHEMA.names[1:]
 CHECKPOINT = 1  # the checkpoint's version; epoch i (0: the first after the reload) is version CHECKPOINT + 1 + i

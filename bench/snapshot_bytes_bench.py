@@ -7,7 +7,7 @@ The page_views example (views joined with users, counted per 5 minutes, country 
 grows by ``--users`` rows an epoch, while an epoch changes a few hundred rows. Each epoch lands, is
 injected and runs in a process-less run of its own (as one Airflow DAG run processes it: the next run
 restores the checkpoint), on local[2], twice: with the job's policy (incremental snapshots; a window's
-and a join's deltas taken against their base's state, ``spark_jobs/run/state_diff.py``) and with
+and a join's deltas taken against their base's state, ``spark_jobs/state/frames/state_diff.py``) and with
 ``full_snapshot_every=1`` (every snapshot full: what each one wrote before). Per checkpoint and
 operator: the rows and bytes each writes (from the catalog's acks), and the state's rows (the full
 run's). Both runs' sinks must be equal (else exit 1, no figures written). Prints a table and writes

@@ -62,7 +62,7 @@ from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from coordinator.sources import source  # noqa: E402
-from spark_jobs.state.provider import BACKEND_ENV, store_root  # noqa: E402
+from spark_jobs.state.stores.provider import BACKEND_ENV, store_root  # noqa: E402
 
 console = Console(width=150, markup=False)
 PARTITIONS = 2

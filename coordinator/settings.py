@@ -7,7 +7,7 @@ ABS_SPARK_MASTER  Spark master (default local[*])
 ABS_HOME          where the defaults live (default ./.absreplay)
 ABS_PARALLELISM   parallelism of processing runs (default: the job's own, 2 for the reference jobs)
 ABS_JOBS_DIR      a folder of job files (``coordinator.dataflow.discovery``; default: none)
-ABS_STATE_BACKEND local (keyed aggregates on local stores, ``spark_jobs.state.provider``) or spark
+ABS_STATE_BACKEND local (keyed aggregates on local stores, ``spark_jobs.state.stores.provider``) or spark
 ABS_STORE_DIR     where the local stores live on each host (default: absreplay-stores in each executor's local dir)
 """
 
@@ -44,7 +44,7 @@ class Settings:
     parallelism: int | None = None
     #: a folder of job files ("": none)
     jobs_dir: str = ""
-    #: local | spark (``spark_jobs.state.provider``)
+    #: local | spark (``spark_jobs.state.stores.provider``)
     state_backend: str = "local"
     #: the local stores' folder ("": beside the state)
     store_dir: str = ""

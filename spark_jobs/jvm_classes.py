@@ -1,7 +1,7 @@
 """Java classes of the project, compiled in the driver's JVM and handed to the executors as a jar.
 
 PySpark cannot subclass a JVM class, and a jar built ahead of time would have to match the Spark it runs
-on. So the few classes the project needs on the JVM side (``spark_jobs.state.placement``'s pinned RDD,
+on. So the few classes the project needs on the JVM side (``spark_jobs.state.stores.placement``'s pinned RDD,
 ``spark_jobs.local_fs``'s local file system) are Java source here, compiled when first needed by Janino,
 the compiler Spark itself ships for code generation, against the very Spark of the session. Every class of
 a source goes into one jar under the temporary directory (named after the source and Spark's version),

@@ -46,6 +46,7 @@ from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 from spark_jobs.state import keyed_state
+from spark_jobs.state.frames.frame_state import FrameState
 from spark_jobs.operators import deletes, ttl
 from spark_jobs.operators.dataflow import Dataflow
 from spark_jobs.run.progress import Steps
@@ -127,7 +128,8 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
     exact = exact or ttl.has_ttl(flow.spec.nodes)  # a state TTL counts epochs
     epochs = catalog_epochs.lineage(store, job.name, checkpoint_id, "its windows and joins cannot be replayed "
                                     "exactly") if exact else [checkpoint_id]
-    states = {st.operator: flow.empty_state(spark, st.operator) for st in job.states}
+    # always the DataFrame engine: the run's stores are checked against an independent path
+    states = {st.operator: FrameState(st.operator, flow.empty_state(spark, st.operator)) for st in job.states}
     watermarks: dict[str, int | None] = {}
     back_edge = None
     start: dict[str, int] = {}
@@ -141,11 +143,12 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
                             for barrier, segments in run_plan.by_barrier(store, job.name, plan.segments).items()])
         out = flow.epoch(spark, states, runner.read_records(plan), back_edge, watermarks, n,
                          job.loop_rounds if exact else None)
-        states = {op: materialized(df, False) for op, df in out.states.items()}  # the operators' copies, mostly
+        states = {op: FrameState(op, materialized(st.rows(spark), False))  # the operators' copies, mostly
+                  for op, st in out.states.items()}
         flow.expiry.finish(n)
         watermarks.update(out.watermarks)
         back_edge, start, total = out.back_edge, cut, total + plan.records
-    return states, total, len(epochs)
+    return {op: st.rows(spark) for op, st in states.items()}, total, len(epochs)
 
 
 def fed_by_keyed(flow: Dataflow) -> bool:

@@ -58,8 +58,8 @@ class Workspace:
 
     @property
     def stores(self) -> Path:
-        """This job's local stores on this host (``spark_jobs.state.provider.store_root``)."""
-        from spark_jobs.state.provider import incarnation, store_root
+        """This job's local stores on this host (``spark_jobs.state.stores.provider.store_root``)."""
+        from spark_jobs.state.stores.provider import incarnation, store_root
 
         return store_root(self.job.name, incarnation(self.store.job(self.job.name).created_at))
 

@@ -20,7 +20,7 @@ class StateHandle:
     sync_ms: int = 0
     async_ms: int = 0
     watermark: int | None = None
-    #: a local store's task: "hit" or "reload" (``spark_jobs.state.loader``), and the reload's milliseconds
+    #: a local store's task: "hit" or "reload" (``spark_jobs.state.stores.loader``), and the reload's milliseconds
     store_event: str | None = None
     store_load_ms: int = 0
     #: the executor it ran on (``executor_<host>_<id>``), which holds the store now

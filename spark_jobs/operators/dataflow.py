@@ -39,13 +39,13 @@ from spark_jobs.operators import interval_join, session_windows, ttl
 from spark_jobs.records.epoch_source import keeps_input_file
 from spark_jobs.records.record_parsing import record_schema
 from spark_jobs.records.spark_types import spark_schema
-from spark_jobs.state import apply as store_apply
-from spark_jobs.state.provider import StoreState
+from spark_jobs.state.backend import EPOCH, EpochStep, KeyedState, PlannedApply, tagged
+from spark_jobs.state.frames.frame_state import FrameState
 
 
 @dataclass
 class EpochOutput:
-    states: dict[str, DataFrame]
+    states: dict[str, KeyedState]
     #: sink name -> the epoch's output (sinks fed by a keyed operator's state read its snapshot instead)
     outputs: dict[str, DataFrame] = field(default_factory=dict)
     back_edge: DataFrame | None = None
@@ -103,61 +103,64 @@ class Dataflow:
         join's state holds depends on the user's functions before it."""
         empty = {name: spark.createDataFrame([], record_schema(fmt, self.needs_sequence_numbers))
                  for name, fmt in self.job.sources}
-        states = {st.operator: None for st in self.job.states}
+        # no state yet, only schemas: a join's is None until its inputs' are known
+        states = {st.operator: FrameState(st.operator, None if st.columns is None else spark.createDataFrame(
+            [], spark_schema(st.columns))) for st in self.job.states}
         self.epoch(spark, states, empty, None, {}, 0, 1, dry=True)
 
     # -- several epochs at once ---------------------------------------------------------------------
-    def fusable(self, states: dict[str, DataFrame | StoreState]) -> bool:
-        """Whether epochs can run together (``epochs``): the job keeps state, every stateful operator is a keyed aggregate on
-        local stores whose records come from the sources through stateless operators alone (what it
-        emits may feed only stateless operators and sinks), and there is no loop."""
+    def fusable(self, states: dict[str, KeyedState]) -> bool:
+        """Whether epochs can run together (``epochs``): the job keeps state, every stateful operator's engine
+        folds several epochs at once (``KeyedState.folds_epochs_together``) and its records come from the
+        sources through stateless operators alone (what it emits may feed only stateless operators and sinks),
+        and there is no loop."""
         return self.loop is None and bool(self.job.states) and all(
-            isinstance(states.get(st.operator), StoreState) and self._stateless(self.nodes[st.operator].inputs[0])
+            states[st.operator].folds_epochs_together and self._stateless(self.nodes[st.operator].inputs[0])
             for st in self.job.states)
 
     def _stateless(self, name: str) -> bool:
         node = self.nodes[name]
         return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
 
-    def epochs(self, spark: SparkSession, states: dict[str, StoreState], records: list[tuple[int, dict]],
+    def epochs(self, spark: SparkSession, states: dict[str, KeyedState], records: list[tuple[int, dict]],
                watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None,
                volume: int | None = None) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
-        of them in one Spark job (``state.apply.aggregate``: its cost is one job's, not one per epoch),
-        then each epoch's outputs are what ``epoch`` gives. ``together``: the same records read in one
+        of them in one Spark job (``stores.apply.aggregate``: its cost is one job's, not one per epoch),
+        then each epoch's outputs are what ``epoch`` gives (``KeyedState.apply_epochs``). ``together``: the same records read in one
         scan, the column giving each its epoch and the files scanned (``epoch_source.epoch_of_file``), used
         where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``);
-        ``volume``: their source records (``state.apply.aggregate`` plans by it)."""
+        ``volume``: their source records (``stores.apply.aggregate`` plans by it)."""
         ids = [c for c, _ in records]
         applied = {}
         for st in self.job.states:
             node = self.nodes[st.operator]
-            tagged = None
+            rows = None
             if together is not None:
                 stream = self.stream_of(spark, node.inputs[0], together[0])
                 if keeps_input_file(stream, together[2]):
-                    tagged = stream.withColumn(store_apply.EPOCH, together[1])
-            if tagged is None:
-                tagged = reduce(DataFrame.unionByName, [
-                    store_apply.tagged(self.stream_of(spark, node.inputs[0], r), c) for c, r in records])
-            applied[st.operator] = store_apply.aggregate(spark, states[st.operator], ids, tagged, node, None, volume)
+                    rows = stream.withColumn(EPOCH, together[1])
+            if rows is None:
+                rows = reduce(DataFrame.unionByName, [
+                    tagged(self.stream_of(spark, node.inputs[0], r), c) for c, r in records])
+            applied[st.operator] = states[st.operator].apply_epochs(spark, node, ids, rows, volume)
         return [self.epoch(spark, states, r, None, watermarks, c, None, applied={op: a[k] for op, a in applied.items()})
                 for k, (c, r) in enumerate(records)]
 
     # -- one epoch ----------------------------------------------------------------------------------
-    def epoch(self, spark: SparkSession, states: dict[str, DataFrame | None], records: dict[str, DataFrame],
+    def epoch(self, spark: SparkSession, states: dict[str, KeyedState], records: dict[str, DataFrame],
               back_edge: DataFrame | None, watermarks: dict[str, int | None], checkpoint_id: int,
               max_rounds: int | None, dry: bool = False, subtasks: frozenset[int] | None = None,
-              applied: dict[str, StoreState] | None = None, volume: int | None = None) -> EpochOutput:
-        """``states``: DataFrames, or ``StoreState`` for keyed aggregates on local stores (a run's, never
-        verify's); ``subtasks``: a partial recovery's subtasks behind the epoch (the store operators take
-        only their records; the runner merges DataFrame states itself); ``applied``: the stores' states
-        after this epoch, applied already (``epochs``); ``volume``: its source records (``epochs``)."""
+              applied: dict[str, KeyedState] | None = None, volume: int | None = None) -> EpochOutput:
+        """``states``: each stateful operator's, in its engine (``spark_jobs.state.backend``); ``subtasks``: a
+        partial recovery's subtasks behind the epoch (engines that apply per subtask take only their records;
+        the runner merges the others, ``KeyedState.keep_past``); ``applied``: the states after this epoch,
+        applied already (``epochs``); ``volume``: its source records (``epochs``)."""
         # a stream is planned when something reads it: a catch-up's aggregates have read their records already
         streams: dict[str, Callable[[], DataFrame]] = {}
         out = EpochOutput(states={})
-        # aggregates on local stores whose apply runs in the job of the aggregate their changes feed: that one, and it
-        chained: dict[str, tuple[str, store_apply.Applying]] = {}
+        # applies planned to run in the job of the operator their changes feed: that one, and it
+        chained: dict[str, tuple[str, PlannedApply]] = {}
         for node in self.spec.nodes:
             ins = [streams[i] for i in node.inputs]
             if node.kind == "source":
@@ -169,47 +172,42 @@ class Dataflow:
                 if not spec.from_state:
                     cols = [c for c, _ in spec.columns]
                     out.outputs[node.name] = ins[0]().select(*cols)
+            elif applied:
+                new_state = out.states[node.name] = applied[node.name]
+                streams[node.name] = cache(lambda applied=new_state: applied.emitted)
             else:
                 spec = self.job.state(node.name)
-                state = states[node.name]
-                if state is None:  # a dry run: no state yet, only schemas
-                    state = None if spec.columns is None else spark.createDataFrame([], spark_schema(spec.columns))
-                if isinstance(state, StoreState) and applied:
-                    new_state = applied[node.name]
-                    streams[node.name] = cache(lambda applied=new_state: applied.changes)
-                elif isinstance(state, StoreState):
-                    apply = store_apply.planned(
-                        spark, state, [checkpoint_id], store_apply.tagged(ins[0](), checkpoint_id), node, subtasks,
-                        volume, tuple(a for into, a in chained.values() if into == node.name))
-                    into = self._chained_into(node.name, states)
-                    if into is not None and store_apply.chainable(state, [checkpoint_id], subtasks, states[into]):
-                        chained[node.name], new_state = (into, apply), None  # its state: once the job of ``into`` ran
-                        streams[node.name] = cache(lambda apply=apply: apply.rows)
-                    else:
-                        new_state = apply.run()[0]
-                        streams[node.name] = cache(lambda applied=new_state: applied.changes)
-                else:
-                    new_state, emitted = self._keyed(spark, node, spec, state, [i() for i in ins], back_edge,
-                                                     watermarks, out, checkpoint_id, max_rounds, dry)
-                    streams[node.name] = cache(lambda emitted=emitted: emitted)
-                out.states[node.name] = new_state
+                step = EpochStep(
+                    spark, node, checkpoint_id, ins[0],
+                    lambda frame, node=node, spec=spec, ins=ins: self._keyed(
+                        spark, node, spec, frame, [i() for i in ins], back_edge, watermarks, out, checkpoint_id,
+                        max_rounds, dry),
+                    subtasks, volume, tuple(a for into, a in chained.values() if into == node.name))
+                into = self._chained_into(node.name, states)
+                planned = None if into is None else states[node.name].chained(step, states[into])
+                if planned is not None:  # its state: once the job of ``into`` ran
+                    chained[node.name] = (into, planned)
+                    streams[node.name] = cache(lambda planned=planned: planned.rows)
+                    continue
+                new_state = out.states[node.name] = states[node.name].apply(step)
+                streams[node.name] = cache(lambda applied=new_state: applied.emitted)
                 if dry:
-                    self._schemas[node.name] = new_state.schema
-        for name, (_, apply) in chained.items():
-            if apply.states is None:
+                    self._schemas[node.name] = new_state.rows(spark).schema
+        for name, (_, planned) in chained.items():
+            if planned.states is None:
                 raise RuntimeError(f"the apply of {name} was planned into a job that did not run")
-            out.states[name] = apply.states[0]
+            out.states[name] = planned.states[0]
         return out
 
-    def _chained_into(self, name: str, states: dict[str, DataFrame | StoreState | None]) -> str | None:
-        """The keyed aggregate on local stores that alone reads operator ``name``'s changes, through stateless
-        operators alone: nothing else reads them (no sink, no other operator), so its job can run ``name``'s
-        apply too (``state.apply.chainable``). None when there is none."""
+    def _chained_into(self, name: str, states: dict[str, KeyedState]) -> str | None:
+        """The operator that alone reads operator ``name``'s changes, through stateless operators alone, when its
+        engine can run ``name``'s apply in its own job (``KeyedState.carries_applies``): nothing else reads them
+        (no sink, no other operator). None when there is none."""
         following = self._readers[name]
         while len(following) == 1:
             node = self.nodes[following[0]]
             if node.kind not in ("map", "filter", "flat_map"):
-                return node.name if isinstance(states.get(node.name), StoreState) else None
+                return node.name if node.name in states and states[node.name].carries_applies else None
             following = self._readers[node.name]
         return None
 

@@ -3,7 +3,7 @@
 Between snapshots a run holds the DataFrame state of its windows, joins and other operators not on local
 stores as local checkpoints (Spark's ``localCheckpoint``: blocks on the executors, fast, and gone with
 their executor); a keyed aggregate on local stores survives on its own (its task rebuilds the store from
-the checkpoint's files, ``spark_jobs.state.loader``). When an executor dies with such blocks, the next
+the checkpoint's files, ``spark_jobs.state.stores.loader``). When an executor dies with such blocks, the next
 Spark job that reads them fails with ``CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND``. The run then starts over, in
 the same application and under the same lease, from the newest completed checkpoint, exactly as the next
 run would: the epochs after it are recomputed from their segments and their snapshots taken again (the

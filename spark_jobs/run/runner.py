@@ -1,9 +1,12 @@
 """The epoch runner: restore, then process every pending epoch in order, in one application.
 
-1. restore the keyed state of the last completed checkpoint (or the one asked for);
-2. for each pending barrier n: read epoch n from every source partition, run the
-   operators, keep state n as an immutable local copy (localCheckpoint), hand it
-   to the snapshot writer, and go on with epoch n+1.
+1. restore the keyed state of the last completed checkpoint (or the one asked for), each
+   operator's in its engine (``spark_jobs.state.backend``, chosen by ``spark_jobs.run.engines``);
+2. for each pending barrier n: read epoch n from every source partition, apply it (the
+   operators, each state giving an immutable state n), take its snapshot's synchronous
+   phase, hand it to the snapshot writer, and go on with epoch n+1.
+
+The run's modes are one strategy object (``spark_jobs.run.strategy``), built with the run.
 
 Epoch n holds the records between the previous processed barrier's cut and
 barrier n's cut, so a failed checkpoint's records simply belong to the next one.
@@ -19,12 +22,11 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
-from coordinator.checkpoints import run_plan, weak
+from coordinator.checkpoints import run_plan
 from coordinator.checkpoints.run_plan import EpochPlan, RunPlan
 from coordinator.sources import delta_source, kafka_source, kinds, segment_changes, source
 from coordinator.faults import fault_point
 from coordinator.catalog import epochs as catalog_epochs
-from coordinator import modes
 from coordinator.modes import SnapshotMode
 from coordinator.catalog.models import SourceSegment
 from coordinator.dataflow.jobs import JobDefinition
@@ -41,10 +43,11 @@ from spark_jobs.records.epoch_source import RECORD_SCHEMA, epoch_of_file, read_e
 from spark_jobs.run.progress import Steps
 from spark_jobs.records.record_parsing import parse, record_schema
 from spark_jobs.run.restore import Restored, StateRestorer
-from spark_jobs.run import state_diff
+from spark_jobs.run import engines
 from spark_jobs.run.snapshot import SnapshotTiming, SnapshotWriter
-from spark_jobs.state.provider import StoreBackend, StoreState, incarnation
-from spark_jobs.run.weak_snapshots import WeakSnapshotWriter
+from spark_jobs.run.strategy import RunStrategy
+from spark_jobs.state.backend import KeyedState, RestorePoint
+from spark_jobs.state.stores.provider import incarnation
 
 
 @dataclass
@@ -53,12 +56,12 @@ class EpochMetrics:
     records: int
     process_s: float
     state_rows: int = 0
-    #: how its store tasks found their stores (``StoreState.loads``): hits, reloads, the longest reload's seconds
+    #: how its tasks found their states (``KeyedState.task_loads``): hits, reloads, the longest reload's seconds
     store_hits: int = 0
     store_reloads: int = 0
     store_reload_s: float = 0.0
 
-    def count_stores(self, states: Mapping[str, object]) -> EpochMetrics:
+    def count_stores(self, states: Mapping[str, KeyedState]) -> EpochMetrics:
         loads = store_loads(states)
         self.store_hits = sum(1 for kind, _ in loads if kind == "hit")
         reloads = [s for kind, s in loads if kind == "reload"]
@@ -104,10 +107,10 @@ def log(msg: str) -> None:
     print(msg, file=sys.stdout, flush=True)
 
 
-def store_loads(states: Mapping[str, object]) -> list[tuple[str, float]]:
-    """How an epoch's store tasks found their stores (``StoreState.loads``): ("hit" | "reload", seconds) each;
-    none for an epoch that ran no store task (a group's later epochs: its first reports the group's)."""
-    return [v[:2] for st in states.values() if isinstance(st, StoreState) and st.loads for v in st.loads.values()]
+def store_loads(states: Mapping[str, KeyedState]) -> list[tuple[str, float]]:
+    """How an epoch's tasks found their states (``KeyedState.task_loads``): ("hit" | "reload", seconds) each;
+    none for an epoch that ran no such task (a group's later epochs: its first reports the group's)."""
+    return [v[:2] for st in states.values() for v in st.task_loads.values()]
 
 
 def store_note(metrics: EpochMetrics) -> str:
@@ -140,11 +143,7 @@ class EpochRunner:
         self.flow = dataflow_of(job)
         self.data_dir = data_dir
         self.state_uri = state_uri
-        self.weak = job.consistency == modes.Consistency.WEAK
-        self.mode = mode
-        # what the checkpoints record: a weak job's snapshots are their own kind (none stays the baseline)
-        self.recorded_mode = modes.recorded(mode, job.consistency)
-        self.weak_snapshots = self.recorded_mode == modes.WEAK_SNAPSHOTS
+        self.strategy = RunStrategy(mode, job.consistency)
         self.restore_from = restore_from
         self.max_epochs = max_epochs
         self.given_plan = plan
@@ -262,96 +261,90 @@ class EpochRunner:
 
     # -- the loop --------------------------------------------------------------------
     def run(self, restored: Restored | None = None) -> RunReport:
-        """Process every pending epoch after the restore point; ``restored``: state already
-        restored (and verified) by a recovery."""
+        """Restore, then for each pending epoch after the restore point: apply, snapshot, hand over.
+        ``restored``: state already restored (and verified) by a recovery."""
         t_start = time.perf_counter()
         run = self.read_plan(restored)
-        point, plans = run.restore_point, run.epochs
-        report = RunReport(restored_from=point)
-        if not plans:
-            log(f"{self.job.name}: no pending epochs after checkpoint {point or 0}")
+        report = RunReport(restored_from=run.restore_point)
+        if not run.epochs:
+            log(f"{self.job.name}: no pending epochs after checkpoint {run.restore_point or 0}")
             return report
-        self.check_segments(plans)
-        p = self.job.parallelism
-        keep = {} if restored is None else {
-            plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
-        }
-        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], self.recorded_mode, keep,
-                                 definition=self.job, epoch_starts=run.epoch_starts)
-        log(
-            f"{self.job.name}: restoring from checkpoint {point or 'none'}, "
-            f"{len(plans)} pending epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.recorded_mode}, "
-            f"parallelism {p}" + (f" ({weak.LABEL})" if self.weak else "")
-        )
+        self._begin(run, restored)
         t0 = time.perf_counter()
-        stores = StoreBackend.of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
-                                 incarnation(self.job_row.created_at),
-                                 lambda: self.store.store_locations(self.job.name))
-        # where each operator's state is: the restore point, or (weak) each operator's own head
-        heads = run.heads if self.weak else point
-        # the stores' tasks load their own state from the chains' files: only the chains are read here
-        skip = stores.operators if stores is not None else set()
-        if restored is None:
-            restored = self.restore_weak(point, heads, skip) if self.weak else self.restore(point, skip=skip)
-        if self.weak:
-            log("  each operator from its own latest snapshot: "
-                + ", ".join(f"{op} {'checkpoint ' + str(h) if h else 'empty'}" for op, h in heads.items()))
-        states = dict(restored.states)
-        if stores is not None:
-            states.update(stores.open(heads, restored.links, restored.parallelism, restored.partial,
-                                      lambda op: self.read_state(restored, op)))
-        back_edge = restored.back_edge
-        if back_edge is not None:
-            log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
+        restored, states = self._open(run, restored)
         report.restore_s = time.perf_counter() - t0
-        # a state TTL counts epochs along the restore point's lineage (``coordinator.dataflow.ttl``)
-        self.flow.expiry.start(catalog_epochs.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
-            self.flow.spec.nodes) else [], self.max_parallelism)
-        partitions = source.job_partitions(self.input_dir, self.job.source_names) + list(
-            delta_source.partitions_of(self.job)) + sorted({
-                seg.partition for plan in plans for seg in plan.segments
-                if kafka_source.is_kafka_partition(self.job, seg.partition)})
-        writer = (WeakSnapshotWriter if self.weak_snapshots else SnapshotWriter)(
-            spark=self.spark,
-            store=self.store,
-            job=self.job,
-            flow=self.flow,
-            state_uri=self.state_uri,
-            mode=self.mode,
-            base=point,
-            chain_lengths=dict(restored.chain_lengths),
-            full_every=run.full_snapshot_every,
-            partitions=partitions,
-            max_parallelism=self.max_parallelism,
-            base_parallelism=restored.parallelism,
-            # what the restored chains say about how many keys an epoch changes
-            last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
-            last_changed_rows=dict.fromkeys(restored.links, run.changed_rows_at_point),
-            **({"bases": dict(heads)} if self.weak_snapshots else {}),
-        )
-        if not restored.partial:  # the restored states are those of the writer's bases (``state_diff``)
-            for spec in self.job.states:
-                at = heads.get(spec.operator) if self.weak else point
-                if spec.kind in state_diff.DIFFED and at and isinstance(states.get(spec.operator), DataFrame):
-                    writer.held.hold(spec.operator, at, states[spec.operator])
+        writer = self._writer(run, restored)
         try:
-            with Steps(len(plans), f"{self.job.name}: epochs") as steps:
-                self._run_epochs(plans, restored, states, back_edge, writer, report, steps)
+            with Steps(len(run.epochs), f"{self.job.name}: epochs") as steps:
+                self._run_epochs(run.epochs, restored, states, writer, report, steps)
         except Exception:
             # a segment deleted or changed while this run read it: name it rather than Spark's traceback
-            self.check_segments(plans)
+            self.check_segments(run.epochs)
             raise
         finally:
             report.snapshots = writer.close()
         report.total_s = time.perf_counter() - t_start
-        for t in report.snapshots:
-            if t.error:
-                log(f"  checkpoint {t.checkpoint_id} FAILED: {t.error}")
+        for t in report.failed:
+            log(f"  checkpoint {t.checkpoint_id} FAILED: {t.error}")
         return report
 
-    def _run_epochs(self, plans: list[EpochPlan], restored: Restored, states: dict[str, DataFrame],
-                    back_edge: DataFrame | None, writer: SnapshotWriter, report: RunReport, steps: Steps) -> None:
-        watermarks = dict(restored.watermarks)
+    def _begin(self, run: RunPlan, restored: Restored | None) -> None:
+        """The run's attempt at its epochs in the catalog, once its segments are checked; ``restored``: a
+        partial recovery's, whose subtasks past an epoch keep their ack of it."""
+        plans, p = run.epochs, self.job.parallelism
+        self.check_segments(plans)
+        keep = {} if restored is None else {
+            plan.checkpoint_id: set(range(p)) - restored.behind(plan.checkpoint_id, p) for plan in plans
+        }
+        self.store.begin_attempt(self.job.name, [pl.checkpoint_id for pl in plans], self.strategy.recorded, keep,
+                                 definition=self.job, epoch_starts=run.epoch_starts)
+        log(f"{self.job.name}: restoring from checkpoint {run.restore_point or 'none'}, {len(plans)} pending "
+            f"epoch(s) {plans[0].checkpoint_id}..{plans[-1].checkpoint_id}, snapshots {self.strategy.recorded}, "
+            f"parallelism {p}" + self.strategy.label)
+
+    def _open(self, run: RunPlan, restored: Restored | None) -> tuple[Restored, dict[str, KeyedState]]:
+        """Every operator's state at the restore point, each in its engine (``restored``: a recovery's,
+        restored already), and the state TTL's lineage."""
+        point, heads = run.restore_point, self.strategy.heads(run)
+        backends = engines.backends_of(self.spark, self.job, self.flow.nodes, self.state_uri, self.max_parallelism,
+                                       incarnation(self.job_row.created_at),
+                                       lambda: self.store.store_locations(self.job.name))
+        # an engine whose tasks load their state from the chains' files: only the chains are read here
+        skip = set().union(*(backend.reads_own_files for backend in backends))
+        if restored is None:
+            restored = self.restore_weak(point, heads, skip) if self.strategy.per_operator else \
+                self.restore(point, skip=skip)
+        if self.strategy.per_operator:
+            log("  each operator from its own latest snapshot: "
+                + ", ".join(f"{op} {'checkpoint ' + str(h) if h else 'empty'}" for op, h in heads.items()))
+        at = RestorePoint(heads, restored.links, restored.parallelism, restored.partial, restored.states,
+                          lambda op: self.read_state(restored, op))
+        opened = {op: st for backend in backends for op, st in backend.open(at).items()}
+        if restored.back_edge is not None:
+            log(f"  feeding back-edge log {point or 0} ({restored.back_edge_records:,} records) to the loop head first")
+        # a state TTL counts epochs along the restore point's lineage (``coordinator.dataflow.ttl``)
+        self.flow.expiry.start(catalog_epochs.lineage(self.store, self.job.name, point) if ttl.counts_epochs(
+            self.flow.spec.nodes) else [], self.max_parallelism)
+        return restored, {spec.operator: opened[spec.operator] for spec in self.job.states}
+
+    def _writer(self, run: RunPlan, restored: Restored) -> SnapshotWriter:
+        """The snapshot writer of the run's epochs, on the restored chains: what they say of how many keys an
+        epoch changes chooses each next snapshot full or incremental."""
+        partitions = source.job_partitions(self.input_dir, self.job.source_names) + list(
+            delta_source.partitions_of(self.job)) + sorted({
+                seg.partition for plan in run.epochs for seg in plan.segments
+                if kafka_source.is_kafka_partition(self.job, seg.partition)})
+        return self.strategy.writer(
+            self.strategy.heads(run), spark=self.spark, store=self.store, job=self.job, flow=self.flow,
+            state_uri=self.state_uri, base=run.restore_point, chain_lengths=dict(restored.chain_lengths),
+            full_every=run.full_snapshot_every, partitions=partitions, max_parallelism=self.max_parallelism,
+            base_parallelism=restored.parallelism,
+            last_full_rows={op: sum(link.rows for link in links if link.full) for op, links in restored.links.items()},
+            last_changed_rows=dict.fromkeys(restored.links, run.changed_rows_at_point))
+
+    def _run_epochs(self, plans: list[EpochPlan], restored: Restored, states: dict[str, KeyedState],
+                    writer: SnapshotWriter, report: RunReport, steps: Steps) -> None:
+        watermarks, back_edge = dict(restored.watermarks), restored.back_edge
         done = 0
         while done < len(plans):
             group = self._together(plans[done:], restored, states, writer)
@@ -362,24 +355,26 @@ class EpochRunner:
                                           done + 1, len(plans))
             done += len(group)
 
-    def _together(self, plans: list[EpochPlan], restored: Restored, states: dict[str, DataFrame],
+    def _together(self, plans: list[EpochPlan], restored: Restored, states: dict[str, KeyedState],
                   writer: SnapshotWriter) -> list[EpochPlan]:
         """The next epochs to run at once (``Dataflow.epochs``): a catch-up of a job whose keyed state is
-        all on local stores, every subtask behind them (no partial recovery), up to ``TOGETHER_EPOCHS``
-        epochs and ``TOGETHER_RECORDS`` records, and as many as the snapshot writer can take at once."""
+        all in engines that fold epochs together (``Dataflow.fusable``), every subtask behind them (no partial
+        recovery), up to ``TOGETHER_EPOCHS`` epochs and ``TOGETHER_RECORDS`` records, and as many as the
+        snapshot writer can take at once."""
         p = self.job.parallelism
-        if len(plans) < 2 or self.weak or not self.flow.fusable(states):
+        if len(plans) < 2 or self.strategy.per_operator or not self.flow.fusable(states):
             return plans[:1]
         writer.drain()  # the previous epochs' snapshots have read what they read of the stores
         group, records = [], 0
-        for plan in plans[: min(TOGETHER_EPOCHS, writer.epochs_at_once())]:
+        kept = min(state.versions_kept for state in states.values())
+        for plan in plans[: min(TOGETHER_EPOCHS, writer.epochs_at_once(kept))]:
             records += plan.records
             if len(restored.behind(plan.checkpoint_id, p)) < p or (group and records > TOGETHER_RECORDS):
                 break
             group.append(plan)
         return group or plans[:1]
 
-    def _run_together(self, group: list[EpochPlan], states: dict[str, DataFrame], watermarks: dict[str, int | None],
+    def _run_together(self, group: list[EpochPlan], states: dict[str, KeyedState], watermarks: dict[str, int | None],
                       writer: SnapshotWriter, report: RunReport, steps: Steps, before: int, total: int) -> None:
         t0 = time.perf_counter()
         # an epoch's own reads are planned only if something asks for them (``Dataflow.epoch``)
@@ -400,31 +395,26 @@ class EpochRunner:
                        f"{len(plan.segments)} segment(s) in {elapsed:.2f}s (epochs {group[0].checkpoint_id}.."
                        f"{group[-1].checkpoint_id} together)" + plan.dead_letter_note + store_note(metrics))
 
-    def _run_one(self, plan: EpochPlan, restored: Restored, states: dict[str, DataFrame], back_edge: DataFrame | None,
+    def _run_one(self, plan: EpochPlan, restored: Restored, states: dict[str, KeyedState], back_edge: DataFrame | None,
                  watermarks: dict[str, int | None], writer: SnapshotWriter, report: RunReport, steps: Steps,
                  i: int, total: int) -> DataFrame | None:
         """One epoch; the back-edge log it leaves (a job with a loop)."""
         p = self.job.parallelism
         t0 = time.perf_counter()
-        if self.weak_snapshots:
-            writer.consume(plan.checkpoint_id)  # read: no run reads this epoch again
+        self.strategy.read(writer, plan.checkpoint_id)
         records = self.read_records(plan)
         fault_point("epoch.compute", plan.checkpoint_id)
         behind = restored.behind(plan.checkpoint_id, p)
-        # tombstones a durable snapshot holds leave the state; a weak job's operators each have their own base
-        self.flow.durable = None if self.weak_snapshots else writer.base
+        self.flow.durable = self.strategy.durable(writer)  # tombstones a durable snapshot holds leave the state
         out = self.flow.epoch(self.spark, states, records, back_edge, watermarks, plan.checkpoint_id,
                               self.job.loop_rounds, subtasks=None if len(behind) == p else behind,
                               volume=plan.records)
         back_edge = out.back_edge
         watermarks.update(out.watermarks)
         for spec in self.job.states:
-            new_state = out.states[spec.operator]  # materialized by the operator (an immutable copy)
-            if len(behind) < p and not isinstance(new_state, StoreState):
-                # partial recovery: subtasks already past this epoch keep their state and discard its records
-                mine = keyed_state.subtask_of(spec.key, p, self.max_parallelism).isin(sorted(behind))
-                new_state = new_state.where(mine).unionByName(states[spec.operator].where(~mine))
-                new_state = new_state.localCheckpoint(eager=True)
+            new_state = out.states[spec.operator]  # immutable: each engine's state n
+            if len(behind) < p:  # partial recovery: subtasks already past this epoch keep their state
+                new_state = new_state.keep_past(states[spec.operator], behind, spec.key, p, self.max_parallelism)
             states[spec.operator] = new_state
         outputs = {name: materialized(df, False) for name, df in out.outputs.items()}
         dropped = self.flow.expiry.finish(plan.checkpoint_id)

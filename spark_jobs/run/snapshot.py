@@ -7,13 +7,13 @@ one set of Parquet files per operator and checkpoint under
 ``chk-n/<operator>/subtask=<i>/``: every row (a full snapshot) or the rows
 changed since the base checkpoint (incremental; a key that left the state is a
 changed row, its tombstone; a window's or a join's delta is taken against the state of its
-base, ``spark_jobs.run.state_diff``). A sink fed by a keyed operator's changes
+base, ``spark_jobs.state.frames.state_diff``). A sink fed by a keyed operator's changes
 stages those same files (its rows with updated > base), so that output is
 written once; any other sink's output is written under ``chk-n/<sink>/``, with
 the output of epochs whose checkpoint failed since the last durable one (it
 belongs to the next transaction). Rows and checksums per subtask are observed
 during the writes, then the sink transactions are staged and every task acks.
-A keyed aggregate on local stores (``spark_jobs.state.provider``) has its delta
+A keyed aggregate on local stores (``spark_jobs.state.stores.provider``) has its delta
 written by the epoch's own tasks; its asynchronous phase seals and acks it.
 
 Modes (per run): ``async`` runs the write on a writer thread while epoch n+1
@@ -47,19 +47,16 @@ from coordinator.modes import SnapshotMode
 from coordinator.sources.source import source_subtask
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.checkpoints.state_handle import StateHandle
-from spark_jobs.run import back_edge_log, state_diff
-from spark_jobs.state import keyed_state
-from spark_jobs.state import provider as store_backend
+from spark_jobs.run import back_edge_log
 from spark_jobs.operators.dataflow import Dataflow
-from spark_jobs.state.store import KEEP
-from spark_jobs.state.provider import StoreState
+from spark_jobs.state.backend import KeyedState, Snapshot, SnapshotTarget
 
 
 @dataclass(frozen=True)
 class Epoch:
-    """What the runner hands over after an epoch: immutable frames and the epoch's facts."""
+    """What the runner hands over after an epoch: immutable snapshots and frames, and the epoch's facts."""
 
-    states: dict[str, DataFrame]
+    states: dict[str, Snapshot]
     outputs: dict[str, DataFrame]
     watermarks: dict[str, int | None]
     #: snapshot and ack only these subtasks (partial recovery); None: all
@@ -83,13 +80,6 @@ class SnapshotTiming:
     back_edge_records: int = 0
     back_edge_bytes: int = 0
     back_edge_ms: int = 0
-
-
-def store_event(state: object, subtask: int) -> dict:
-    """How the epoch's apply found subtask ``subtask``'s local store (``StoreState.loads``), as ack columns."""
-    found = state.loads.get(subtask) if isinstance(state, StoreState) and state.loads else None
-    return {} if found is None else {"store_event": found[0], "store_load_ms": round(found[1] * 1000),
-                                     "store_location": found[2]}
 
 
 @dataclass
@@ -117,8 +107,6 @@ class SnapshotWriter:
     last_full_rows: dict[str, int] = field(default_factory=dict)
     last_changed_rows: dict[str, int] = field(default_factory=dict)
     timings: list[SnapshotTiming] = field(default_factory=list)
-    #: the states a delta of a window or a join is taken against (the writer thread's alone)
-    held: state_diff.HeldStates = field(default_factory=state_diff.HeldStates)
 
     #: sinks fed by a keyed operator stage its snapshot files (``weak_snapshots``: written directly)
     stages_sinks = True
@@ -136,12 +124,12 @@ class SnapshotWriter:
         #: sink -> outputs of epochs since the last durable checkpoint (the writer thread's alone)
         self._carry: dict[str, list[DataFrame]] = {}
 
-    def snapshot(self, checkpoint_id: int, states: dict[str, DataFrame], subtasks: frozenset[int] | None = None,
+    def snapshot(self, checkpoint_id: int, states: dict[str, KeyedState], subtasks: frozenset[int] | None = None,
                  back_edge: DataFrame | None = None, outputs: dict[str, DataFrame] | None = None,
                  watermarks: dict[str, int | None] | None = None,
                  dropped: dict[str, dict[int, int]] | None = None) -> None:
-        """Take snapshot n of ``states`` (immutable) with the epoch's sink ``outputs`` and window
-        ``watermarks``. Returns once the synchronous phase is over.
+        """Take snapshot n of ``states`` with the epoch's sink ``outputs`` (immutable) and window
+        ``watermarks``. Returns once the synchronous phase is over (``KeyedState.snapshot``).
 
         ``subtasks``: snapshot and ack only these subtasks (a partial recovery: the others
         acked checkpoint n before the failure and keep their files). ``back_edge``: back-edge
@@ -152,8 +140,9 @@ class SnapshotWriter:
         t0 = time.perf_counter()
         timing = SnapshotTiming(checkpoint_id)
         self.timings.append(timing)
-        self._take(checkpoint_id, Epoch(states, outputs or {}, watermarks or {}, subtasks, back_edge,
-                                          dropped or {}), timing, t0)
+        snapshots = {op: state.snapshot(checkpoint_id) for op, state in states.items()}
+        self._take(checkpoint_id, Epoch(snapshots, outputs or {}, watermarks or {}, subtasks, back_edge,
+                                        dropped or {}), timing, t0)
 
     def _take(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming, t0: float) -> None:
         """The snapshot of ``epoch`` in this writer's mode; ``t0``: when the synchronous phase began."""
@@ -186,10 +175,6 @@ class SnapshotWriter:
         return self.timings
 
     # -- phases --------------------------------------------------------------------
-    def _changed_since_base(self, state: DataFrame | StoreState, base: int | None) -> DataFrame:
-        return state.rows(self.spark, base) if isinstance(state, StoreState) else \
-            state if base is None else state.where(F.col("updated") > F.lit(base))
-
     def _write_sink_directly(self, checkpoint_id: int, epoch: Epoch, timing: SnapshotTiming) -> None:
         """The epoch's output upserted straight into each sink (``self.base``: the previous epoch's)."""
         with self.store.sessions.begin() as s:
@@ -197,7 +182,7 @@ class SnapshotWriter:
             for sink in self.job.sinks:
                 cols = list(sink.column_names)
                 if sink.from_state:
-                    changed = self._changed_since_base(epoch.states[sink.input], self.base)
+                    changed = epoch.states[sink.input].state.rows(self.spark, self.base)
                     rows = changed.select(*cols, *[c for c in changed.columns if c == DELETE]).toArrow()
                 else:
                     rows = epoch.outputs[sink.name].select(*cols).toArrow()
@@ -234,7 +219,8 @@ class SnapshotWriter:
             raise
         except Exception as exc:  # the checkpoint fails; processing goes on
             timing.error = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            self.held.states.clear()  # a lost executor may have held a base's rows: the next snapshots are full
+            for snap in epoch.states.values():  # a lost executor may have held a base's rows: the next are full
+                snap.state.forget_bases()
             self._carry = carried
             self.store.fail(
                 self.job.name, checkpoint_id, FailureReason.ASYNC_SNAPSHOT_FAILED,
@@ -320,59 +306,24 @@ class SnapshotWriter:
     def _op_uri(self, checkpoint_id: int, operator: str) -> str:
         return state_files.operator_dir(self.state_uri, self.job.name, checkpoint_id, operator)
 
-    def _write_state(self, checkpoint_id: int, spec: StateSpec, state: DataFrame | StoreState, epoch: Epoch,
+    def _write_state(self, checkpoint_id: int, spec: StateSpec, snapshot: Snapshot, epoch: Epoch,
                      timing: SnapshotTiming, base: int | None) -> tuple[list[StateHandle], bool, int]:
-        """One operator's snapshot, incremental on ``base`` unless full: its files, sealed, and its
-        subtasks' handles."""
-        p, op = self.job.parallelism, spec.operator
-        full = self._next_is_full(spec, state, base)
-        op_uri = self._op_uri(checkpoint_id, op)
-        # a store's tasks write its snapshot files themselves where they can (not in a partial recovery, which
-        # keeps the files of the subtasks past the epoch): then they are only sealed here
-        metrics = store_backend.own_snapshot(self.spark, state, full, base) if isinstance(
-            state, StoreState) and epoch.subtasks is None else None
-        if metrics is None:
-            diffed = spec.kind in state_diff.DIFFED
-            if full:
-                rows = state.rows(self.spark) if isinstance(state, StoreState) else state
-            else:
-                rows = state_diff.delta(state, self.held.base(op, base), spec.identity, checkpoint_id) if diffed \
-                    else self._changed_since_base(state, base)
-            snap = keyed_state.with_subtask(rows, spec.key, p, self.max_parallelism)
-            if diffed and not full:  # two shuffles' partitions: one file per subtask, not one per task and subtask
-                snap = snap.repartition(keyed_state.SUBTASK)
-            if epoch.subtasks is not None:
-                snap = snap.where(F.col(keyed_state.SUBTASK).isin(sorted(epoch.subtasks)))
-            observation = Observation(f"snapshot-{checkpoint_id}-{op}")
-            changes_since = None if diffed and not full else base  # a delta: every row of it is a change
-            observed = snap.observe(observation, *keyed_state.snapshot_metrics(state.columns, p, changes_since))
-            keyed_state.write_snapshot(observed, op_uri, only_written_subtasks=epoch.subtasks is not None)
-            metrics = observation.get
-            if diffed:
-                self.held.hold(op, checkpoint_id, state)
-                self.held.release_before(op, base)
-        # durable before the ack, and described so that a commit can verify what it reads
-        manifest = self._manifests[op] = manifests.seal(op_uri, self._job_root)
-        stats = keyed_state.stats_from_metrics(metrics, p)
-        changed = int(metrics["changed"] or 0)
-        handles = []
-        for i in range(p):
-            st = stats[i]
-            uri = f"{op_uri}/subtask={i}" if st.rows else None
-            handles.append(StateHandle(
-                operator=op, subtask=i, state_uri=uri, base_checkpoint_id=None if full else base,
-                state_bytes=manifest.bytes_under(f"subtask={i}") if uri else 0, state_rows=st.rows,
-                checksum=st.checksum if st.rows else None, watermark=epoch.watermarks.get(op),
-                keys_dropped=epoch.dropped.get(op, {}).get(i, 0),
-                **store_event(state, i),
-            ))
+        """One operator's snapshot, incremental on ``base`` unless full (``Snapshot.write``): its files, sealed,
+        and its subtasks' handles."""
+        op = spec.operator
+        full = self._next_is_full(spec, snapshot.state, base)
+        written = snapshot.write(SnapshotTarget(
+            self.spark, spec, checkpoint_id, self._op_uri(checkpoint_id, op), self._job_root, full, base,
+            self.job.parallelism, self.max_parallelism, epoch.subtasks, epoch.watermarks.get(op),
+            epoch.dropped.get(op, {})))
+        self._manifests[op] = written.manifest
         if full:
-            self.last_full_rows[op] = sum(x.rows for x in stats.values())
-        self.last_changed_rows[op] = changed
-        timing.state_rows += sum(x.rows for x in stats.values())
+            self.last_full_rows[op] = written.rows
+        self.last_changed_rows[op] = written.changed
+        timing.state_rows += written.rows
         if self.stages_sinks and any(sink.from_state and sink.input == op for sink in self.job.sinks):
-            timing.sink_rows += changed
-        return handles, full, changed
+            timing.sink_rows += written.changed
+        return written.handles, full, written.changed
 
     def _stage_output(self, checkpoint_id: int, sink: SinkSpec, outputs: list[DataFrame]
                       ) -> tuple[str, str, int, manifests.Manifest]:
@@ -392,27 +343,20 @@ class SnapshotWriter:
     def _job_root(self) -> str:
         return f"{state_files.spark_uri(self.state_uri)}/{self.job.name}"
 
-    def _next_is_full(self, spec: StateSpec, state: DataFrame | StoreState, base: int | None) -> bool:
+    def _next_is_full(self, spec: StateSpec, state: KeyedState, base: int | None) -> bool:
         """Full for an operator that deletes rows, on the first snapshot, every ``full_every``, after a
-        change of parallelism, and, for a DataFrame state, when most keys change anyway (an incremental
-        chain of near-full deltas would only make restores slower). A state on local stores stays
-        incremental then: its delta is the epoch's changes, already materialized, while a full
-        snapshot reads every store, and its runs restore from the stores, not the files."""
+        change of parallelism, and where its engine prefers it (``KeyedState.prefers_full``)."""
         op = spec.operator
         if (not spec.incremental or base is None or self.chain_lengths.get(op, 0) >= self.full_every
                 or self.base_parallelism != self.job.parallelism):
             return True
-        if isinstance(state, StoreState):
-            return False
-        if spec.kind in state_diff.DIFFED and self.held.base(op, base) is None:
-            return True  # its base's state is not in memory (a partial recovery restored another)
-        return self.last_changed_rows.get(op, 0) * 2 > self.last_full_rows.get(op, 0)
+        return state.prefers_full(spec, base, self.last_changed_rows.get(op, 0), self.last_full_rows.get(op, 0))
 
-    def epochs_at_once(self) -> int:
-        """How many next epochs a catch-up may apply to local stores at once (``Dataflow.epochs``), ``drain``-ed
-        first: their snapshots, each succeeding, read the stores only as of versions whose undo they keep (the
-        last ``KEEP``). A delta is the epoch's changes, the first snapshot from empty stores seals them, and a
-        full one reads the stores whole."""
+    def epochs_at_once(self, versions_kept: int) -> int:
+        """How many next epochs a catch-up may apply at once (``Dataflow.epochs``), ``drain``-ed first: their
+        snapshots, each succeeding, read the states only as of versions their engine still keeps
+        (``versions_kept``, ``KeyedState.versions_kept``). A delta is the epoch's changes, the first snapshot
+        from empty states seals them, and a full one reads the states whole."""
         if self.mode is SnapshotMode.NONE:  # no snapshot: the sinks take each epoch's changes
             return 1 << 30
         first_read = []
@@ -423,7 +367,7 @@ class SnapshotWriter:
                 first_read.append(self.full_every + 1)
             else:
                 first_read.append(max(1, self.full_every - self.chain_lengths.get(spec.operator, 0) + 1))
-        return min(first_read, default=1) + KEEP - 1
+        return min(first_read, default=1) + versions_kept - 1
 
     def _stateless_handles(self) -> list[StateHandle]:
         """A source subtask acks the partitions it reads (their offsets are the catalog's cut); a stateless

@@ -63,7 +63,7 @@ class WeakSnapshotWriter(SnapshotWriter):
                 except FencedError:
                     raise
                 except Exception as exc:  # this operator's snapshot fails; the others go on
-                    self.held.states.pop(op, None)  # its base's rows may be gone with an executor: next is full
+                    epoch.states[op].state.forget_bases()  # its base's rows may be gone with an executor
                     errors.append(f"{op}: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
                     continue
                 fulls.append(full)

@@ -137,7 +137,7 @@ def restore(
         return spark.createDataFrame([], schema)
     names = schema.fieldNames()
     # a state without deletes of its own (a window, a join) has tombstones in its deltas only: rows that
-    # left the state since the base (``spark_jobs.run.state_diff``); read where there are none as null
+    # left the state since the base (``spark_jobs.state.frames.state_diff``); read where there are none as null
     marked = schema if DELETE in names else StructType([*schema.fields, StructField(DELETE, BooleanType())])
     data, observation = read_observed(
         spark, marked, [(link.uri, f"state file {link.uri} of checkpoint {link.checkpoint_id}") for link in stored],

@@ -70,7 +70,7 @@ def test_a_ttl_operator_keeps_tombstones_and_emits_no_marker() -> None:
 
 
 def test_an_aggregate_with_a_ttl_keeps_the_dataframe_state_not_the_local_stores() -> None:
-    from spark_jobs.state.provider import layout_of
+    from spark_jobs.state.stores.provider import layout_of
 
     users = keyed()
     users.aggregate("per_user", ttl_epochs=2, n=abs.count()).sink("out", abs.SqlTable("ttl_out"))

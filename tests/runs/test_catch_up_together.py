@@ -19,7 +19,7 @@ from coordinator.catalog.db import upgrade
 from coordinator.checkpoints.policy import CheckpointPolicy
 from coordinator.faults import ProcessCrash
 from spark_jobs.run import runner
-from spark_jobs.state import apply as store_apply
+from spark_jobs.state.stores import apply as store_apply
 from tests.helpers import JOBS_DIR, cli, cli_ok, make_workspace
 
 pytestmark = [pytest.mark.spark, pytest.mark.sink_unchecked("judged here, against plain Python and each other"),
@@ -95,7 +95,7 @@ def one_at_a_time(tmp_path_factory, spark) -> tuple:
 @pytest.mark.parametrize("route_first_up_to", [store_apply.ROUTE_FIRST_UP_TO, 0], ids=["routed", "merged-first"])
 def test_epochs_run_together_leave_what_one_at_a_time_leaves(tmp_path, spark, monkeypatch, one_at_a_time,
                                                              route_first_up_to) -> None:
-    """Either plan of the stores' aggregation (``state.apply._per_key``: records routed to their store, then
+    """Either plan of the stores' aggregation (``stores.apply._per_key``: records routed to their store, then
     merged per key; or, for many records, merged per key, then routed) against the reference's epochs (routed)."""
     monkeypatch.setattr(store_apply, "ROUTE_FIRST_UP_TO", route_first_up_to)
     together, out = catch_up(tmp_path, spark, monkeypatch, 16)

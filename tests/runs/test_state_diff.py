@@ -1,4 +1,4 @@
-"""Incremental snapshots of a lookup join's and a window's state (spark_jobs/run/state_diff.py): the
+"""Incremental snapshots of a lookup join's and a window's state (spark_jobs/state/frames/state_diff.py): the
 page_views example, whose join keeps every user's row, one epoch a run (each run restores the last
 checkpoint, as one Airflow DAG run a batch does). Its later snapshots are deltas against their base,
 writing the epoch's changes, not the state; the chains give back exactly the state (Spark's restore,

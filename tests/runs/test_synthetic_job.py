@@ -53,11 +53,11 @@ def spark_jobs_so_far(spark) -> int:
 
 
 def test_run_verify_and_the_sink_equals_a_plain_recomputation(tmp_path, sqlite_url, spark, monkeypatch) -> None:
-    """Also ``state.apply.chainable``: per_key's and per_group's applies run inside per_bucket's job, their
+    """Also ``stores.apply.chainable``: per_key's and per_group's applies run inside per_bucket's job, their
     changes handed on without being read back from their delta files, their metrics read from the plan they ran
     in. Each epoch starts two Spark jobs fewer than a second workspace's, run with one job per aggregate, and
     every ack (rows and checksum of every aggregate's subtask) and the sink are the same."""
-    from spark_jobs.state import apply as store_apply
+    from spark_jobs.state.stores import apply as store_apply
 
     ws = make_workspace(tmp_path, sqlite_url, synthetic())
     separate_url = f"sqlite:///{tmp_path / 'separate.db'}"

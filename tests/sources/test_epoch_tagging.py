@@ -121,20 +121,21 @@ def test_a_catch_up_tags_by_file_where_it_can_and_scans_each_epoch_where_not(tmp
 
 
 def test_records_of_no_epoch_of_the_group_fail_the_apply_rather_than_vanish(tmp_path, spark) -> None:
-    """``state.apply.aggregate`` merges each key's epochs in one row: a record tagged with no epoch of the
+    """``stores.apply.aggregate`` merges each key's epochs in one row: a record tagged with no epoch of the
     group (a file ``epoch_of_file`` did not list) still reaches the store's apply, which refuses it."""
     from pyspark.errors import PySparkException
     from py4j.protocol import Py4JJavaError
 
     from absreplay_examples.definitions import wordcount
     from spark_jobs.operators.dataflow import dataflow_of
-    from spark_jobs.state.apply import EPOCH, aggregate
-    from spark_jobs.state.provider import StoreBackend
+    from spark_jobs.state.backend import EPOCH, RestorePoint
+    from spark_jobs.state.stores.apply import aggregate
+    from spark_jobs.state.stores.provider import StoreBackend
 
     job = wordcount()
     node = dataflow_of(job).nodes["count"]
     backend = StoreBackend(spark, job, dataflow_of(job).nodes, str(tmp_path / "state"), 128, "t")
-    state = backend.open(None, {}, None, False, lambda op: None)["count"]
+    state = backend.open(RestorePoint(None, {}, None, False, {}, lambda op: None))["count"]
     words = spark.createDataFrame([("a", 1), ("b", 2), ("a", 2), ("c", None), ("d", 9)], f"word string, {EPOCH} long")
     applied = aggregate(spark, state, [1, 2], words.where(F.col(EPOCH).isin(1, 2)), node)
     assert [r["rows_0"] + r["rows_1"] for r in (s.written["metrics"] for s in applied)] == [1, 2]

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.state.store import KEEP, Layout, StoreVersionError, SubtaskStore
+from spark_jobs.state.stores.store import KEEP, Layout, StoreVersionError, SubtaskStore
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("hi", pa.int64()), ("s", pa.float64()),
                     ("c", pa.int64()), ("avg", pa.float64()), ("updated", pa.int64())])
@@ -174,7 +174,7 @@ def test_no_store_yet_is_an_error_naming_its_directory(tmp_path):
 def test_a_store_task_refuses_rows_of_another_subtask() -> None:
     """The stores' tasks trust partition i to hold subtask i's rows alone (repartitionById): a row of
     another subtask would be applied to the wrong store, so it stops the task instead."""
-    from spark_jobs.state.tasks import checked
+    from spark_jobs.state.stores.tasks import checked
 
     mine = pa.record_batch([pa.array([0, 0], pa.int32()), pa.array(["a", "b"])], names=["subtask", "k"])
     other = pa.record_batch([pa.array([0, 1], pa.int32()), pa.array(["c", "d"])], names=["subtask", "k"])
@@ -184,11 +184,11 @@ def test_a_store_task_refuses_rows_of_another_subtask() -> None:
 
 
 def test_a_store_task_unpivots_each_keys_merged_row_into_the_epochs_that_touched_it(store) -> None:
-    """Spark merges each key's contributions of a catch-up's epochs in one row (``state.apply._per_key``):
+    """Spark merges each key's contributions of a catch-up's epochs in one row (``stores.apply._per_key``):
     ``<column>@<j>`` for epoch j, bit j + 1 of the mask when it had any, bit 0 for records of no epoch of the
     group. The store's task turns them into one row per key and epoch (``store_tasks.per_epoch``), which fold
     as the epochs applied one by one do."""
-    from spark_jobs.state.tasks import per_epoch
+    from spark_jobs.state.stores.tasks import per_epoch
 
     merged = ["n", "hi", "s", "c", "avg"]
     # a: epochs 4 and 6; b: epoch 6 only; c: none of them (never sent by Spark, but harmless)
@@ -212,10 +212,10 @@ def test_a_python_worker_running_a_store_task_imports_no_planning_side() -> None
     import subprocess
     import sys
 
-    code = "import sys, spark_jobs.state.tasks; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, spark_jobs.state.stores.tasks; print(' '.join(sorted(sys.modules)))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert "spark_jobs.state.store" in loaded
+    assert "spark_jobs.state.stores.store" in loaded
     heavy = [m for m in loaded if m.split(".")[0] in ("sqlalchemy", "absreplay")
              or m.startswith(("coordinator.catalog", "coordinator.dataflow", "coordinator.settings"))
-             or m in ("spark_jobs.state.keyed_state", "spark_jobs.state.provider", "spark_jobs.operators.keyed_operators")]
+             or m in ("spark_jobs.state.keyed_state", "spark_jobs.state.stores.provider", "spark_jobs.operators.keyed_operators")]
     assert heavy == []

@@ -1,4 +1,4 @@
-"""The fold of epochs' contributions into a store's rows (``spark_jobs.state.fold``): the store's SQL rules
+"""The fold of epochs' contributions into a store's rows (``spark_jobs.state.stores.fold``): the store's SQL rules
 for NULLs, NaN, strings and booleans, applied in epoch order."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pyarrow as pa
 
-from spark_jobs.state.fold import fold
+from spark_jobs.state.stores.fold import fold
 
 SCHEMA = pa.schema([("k", pa.string()), ("total", pa.float64()), ("lo", pa.string()), ("hi", pa.bool_()),
                     ("s", pa.int64()), ("c", pa.int64()), ("avg", pa.float64()), ("updated", pa.int64())])

@@ -1,6 +1,6 @@
 """A store task finds its subtask's store on its executor, or builds it from the checkpoint files (no Spark here).
 
-``state.loader.opened`` is what every store task calls first: a store holding the version is a hit (rolled back
+``stores.loader.opened`` is what every store task calls first: a store holding the version is a hit (rolled back
 to it for an apply), anything else a reload from the snapshot chain, each file checked against its ack's rows
 and its manifest's bytes and sha256; a chain's newest row per key wins.
 """
@@ -14,9 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spark_jobs.state import loader as store_loader
-from spark_jobs.state.store import Layout, StoreVersionError, SubtaskStore
-from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, opened
+from spark_jobs.state.stores import loader as store_loader
+from spark_jobs.state.stores.store import Layout, StoreVersionError, SubtaskStore
+from spark_jobs.state.stores.loader import INTEGRITY, StateFile, StoreAt, opened
 
 SCHEMA = pa.schema([("k", pa.string()), ("n", pa.int64()), ("updated", pa.int64())])
 LAYOUT = Layout(SCHEMA, ("k",), (("n", "sum"),))

@@ -1,4 +1,4 @@
-"""Store tasks name the executor that holds their store as their preferred location (``spark_jobs.state.placement``).
+"""Store tasks name the executor that holds their store as their preferred location (``spark_jobs.state.stores.placement``).
 
 On local Spark there is one executor, so what this checks is the mechanism: the pinned RDD (compiled by Janino
 in the driver's JVM, its jar added for the executors) passes every row through, its partitions prefer what they
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from spark_jobs.state.placement import Placement
+from spark_jobs.state.stores.placement import Placement
 
 pytestmark = pytest.mark.spark
 

@@ -1,7 +1,7 @@
 """What runs inside the local stores' Spark tasks: apply an epoch, read, dump, load.
 
-Kept apart from ``spark_jobs.state.provider`` (which plans these tasks) so that a
-Python worker unpickling a task imports only this module, ``state.store`` and
+Kept apart from ``spark_jobs.state.stores.provider`` (which plans these tasks) so that a
+Python worker unpickling a task imports only this module, ``stores.store`` and
 pyarrow: not pyspark.sql's planning side, the catalog or SQLAlchemy, which took
 0.8 s of every new worker's start.
 
@@ -10,7 +10,7 @@ partitioned by subtask with ``repartitionById``, so partition i holds subtask i'
 rows alone, and a partition with no rows still runs its store's task (an epoch
 that touched none of its keys still moves its version). It finds that store on
 its own executor, or builds it there from the checkpoint files
-(``spark_jobs.state.loader``).
+(``spark_jobs.state.stores.loader``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pyspark import TaskContext
 from coordinator.checkpoints import state_files
 from coordinator.storage import filesystems
 
-from spark_jobs.state.store import Layout
-from spark_jobs.state.loader import StoreAt, opened
+from spark_jobs.state.stores.store import Layout
+from spark_jobs.state.stores.loader import StoreAt, opened
 
 Task = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 

@@ -50,7 +50,7 @@ from pyspark.accumulators import AccumulatorParam
 from coordinator.checkpoints import state_files
 from coordinator.checkpoints.manifests import MANIFEST
 from coordinator.checkpoints.state_files import newest_per_key
-from spark_jobs.state.store import Layout, StoreVersionError, SubtaskStore
+from spark_jobs.state.stores.store import Layout, StoreVersionError, SubtaskStore
 
 #: marks an integrity failure inside a task, so the driver can name it (``StateIntegrityError``) in one line
 INTEGRITY = "ABS-STATE-INTEGRITY: "

@@ -4,10 +4,10 @@ With the ``spark`` backend (``spark_jobs.operators.keyed_operators.aggregate``) 
 aggregate's state is one DataFrame that every epoch unions with its records and
 aggregates again: the cost of an epoch grows with the state. With the ``local``
 backend (the default; ``ABS_STATE_BACKEND``) each subtask's state lives in a
-SQLite store beside the tasks (``spark_jobs.state.store``), and an epoch is
+SQLite store beside the tasks (``spark_jobs.state.stores.store``), and an epoch is
 
 1. the records' contributions, routed to their store's partition (one shuffle),
-   then aggregated per key there, in Spark (``state.apply``);
+   then aggregated per key there, in Spark (``stores.apply``);
 2. one task per store that folds them into the touched keys' rows in SQLite
    and returns those rows: the epoch's changelog, which is what the operator
    emits, what an incremental snapshot holds and what an upsert sink commits.
@@ -35,7 +35,7 @@ themselves, as they write the deltas (``write_full``).
 
 The driver opens no store. Each task finds its store on its own executor, or
 builds it there from the snapshot files of the version it needs
-(``spark_jobs.state.loader``): the restored checkpoint's chain, then the deltas
+(``spark_jobs.state.stores.loader``): the restored checkpoint's chain, then the deltas
 this run's tasks wrote. The snapshots stay the durable truth: a lost executor,
 disk or store folder costs a reload, never data. A restore at another
 parallelism first splits the checkpoint's state by the new key groups into one
@@ -48,7 +48,7 @@ function, a window, a join and a loop keep the DataFrame state. ``verify`` alway
 DataFrame operators, so it checks the stores against an independent path.
 
 Stores live in each executor's local directory (``absreplay-stores`` under
-Spark's local dir, ``state.loader.executor_root``), or under ``ABS_STORE_DIR``
+Spark's local dir, ``stores.loader.executor_root``), or under ``ABS_STORE_DIR``
 when set: nothing but the state root, the input and the catalog is shared
 between hosts.
 """
@@ -56,31 +56,28 @@ between hosts.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-from pyspark import Accumulator
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import IntegerType, StructField, StructType
 
 from coordinator.checkpoints import state_files
-from coordinator.checkpoints.state_chain import ChainLink
-from coordinator.dataflow.jobs import JobDefinition, StateSpec
-from coordinator.errors import StateIntegrityError
-from coordinator.settings import Settings
 from coordinator.dataflow.compile import hidden
-from spark_jobs.state import tasks as store_tasks
-from spark_jobs.state.keyed_state import SUBTASK, snapshot_metrics, with_subtask
-from spark_jobs.state.store import FORMAT, SUPPORTED, Layout, StoreVersionError
+from coordinator.dataflow.jobs import JobDefinition, StateSpec
+from coordinator.settings import Settings
 from spark_jobs.records.spark_types import spark_schema
-from spark_jobs.state.placement import Placement
-from spark_jobs.state.loader import INTEGRITY, StateFile, StoreAt, StoreEvents, executor_root
-
-T = TypeVar("T")
+from spark_jobs.state.backend import EpochStep, KeyedState, KeyedStateBackend, RestorePoint, SnapshotTarget, tagged
+from spark_jobs.state.keyed_state import SUBTASK, with_subtask
+from spark_jobs.state.stores import apply as store_apply
+from spark_jobs.state.stores import tasks as store_tasks
+from spark_jobs.state.stores.loader import StateFile, StoreEvents, executor_root
+from spark_jobs.state.stores.placement import Placement
+from spark_jobs.state.stores.store import FORMAT, KEEP, SUPPORTED, Layout, StoreVersionError
+from spark_jobs.state.stores.store_state import StoreVersion, by_store, own_snapshot
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``aggregate_parts.parts``)
@@ -89,7 +86,7 @@ MERGES = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 def store_root(job: str, incarnation: str | None = None) -> Path:
     """The folder of a job's stores (of one ``incarnation``) on this host: ``ABS_STORE_DIR``'s, or that of an
-    executor here with Spark's default local dir (``state.loader.executor_root``)."""
+    executor here with Spark's default local dir (``stores.loader.executor_root``)."""
     configured = Settings.from_env().store_dir
     root = Path(configured).expanduser().resolve() / job if configured else Path(executor_root()) / job
     return root / incarnation if incarnation else root
@@ -124,142 +121,63 @@ def layout_of(node: object, spec: StateSpec) -> Layout | None:
 
 
 @dataclass(frozen=True)
-class StoreState:
-    """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows."""
+class StoreState(StoreVersion, KeyedState):
+    """The store engine's keyed state (``spark_jobs.state.backend``): an epoch folds its records' contributions
+    into the keys they touch (``stores.apply``); its snapshot is the delta the epoch's tasks wrote, or what the
+    stores' tasks write now (``store_state.own_snapshot``)."""
 
-    operator: str
-    #: ``ABS_STORE_DIR``'s folder of the job, "" for each executor's own (``state.loader.StoreAt``)
-    root: str
-    #: the stores' folder under it: ``<job>/<incarnation>/<operator>/<layout>``
-    path: str
-    layout: Layout
-    schema: StructType
-    parallelism: int
-    max_parallelism: int
-    version: int
-    #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
-    #: (``state.loader.StoreAt.files``); None: none (this run's deltas unwritten: the snapshot writer writes them)
-    files: tuple[tuple[StateFile, ...], ...] | None
-    #: the tasks report hits and reloads here (``state.loader.StoreEvents``)
-    events: Accumulator
-    #: the job's snapshot folder under the state root, on any filesystem (the epoch's tasks write its delta there)
-    snapshots: str
-    #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
-    prev: int | None = None
-    changes_of: Callable[[], DataFrame] | None = None
-    #: the delta the epoch's tasks wrote to chk-<version>/<operator>/: rows and checksum per subtask,
-    #: observed as they were written (None: not written; the snapshot writer writes it)
-    written: dict | None = None
-    #: the next tasks load their stores from ``files`` even where one holds ``version`` (a partial recovery)
-    reload: bool = False
-    #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds,
-    #: the executor it ran on or None)
-    loads: dict | None = None
-    #: where the stores are, to send their tasks back there (``state.placement``; None: anywhere)
-    placement: Placement | None = None
+    folds_epochs_together = True
+    versions_kept = KEEP
 
     @property
-    def columns(self) -> list[str]:
-        return self.schema.fieldNames()
+    def carries_applies(self) -> bool:
+        """Pinned stores only: a carried apply's metrics are read from the plan under the pinned RDD."""
+        return self.placement is not None
 
     @property
-    def at(self) -> StoreAt:
-        """What a task of this state needs (``state.loader``)."""
-        return StoreAt(self.root, self.path, self.layout, self.version, self.files, self.reload)
+    def emitted(self) -> DataFrame | None:
+        return self.changes
 
     @property
-    def changes(self) -> DataFrame | None:
-        """The rows the epoch changed, planned when first asked for (often nothing reads them)."""
-        return None if self.changes_of is None else self.changes_of()
+    def task_loads(self) -> Mapping[int, tuple[str, float, str | None]]:
+        return self.loads or {}
 
-    def checkpoint_dir(self, checkpoint_id: int) -> str:
-        """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots``."""
-        return f"{self.snapshots}/chk-{checkpoint_id}/{self.operator}"
+    def _planned(self, step: EpochStep) -> store_apply.Applying:
+        return store_apply.planned(step.spark, self, [step.checkpoint_id],
+                                   tagged(step.records(), step.checkpoint_id), step.node, step.subtasks,
+                                   step.volume, step.carried)
 
-    def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
-        """The state as of ``version`` (``since``: the rows changed after that version), read by one
-        Spark task per store."""
-        if (since or 0) == self.prev and self.changes is not None:  # version 0: the stores were empty
-            return self.changes
-        return self.one_per_store(spark).mapInArrow(store_tasks.read_task(self.at, self.operator, self.events, since),
-                                        self.schema)
+    def apply(self, step: EpochStep) -> StoreState:
+        return self._planned(step).run()[0]
 
-    def one_per_store(self, spark: SparkSession) -> DataFrame:
-        """A placeholder row per store, partition i holding store i's, each where its store is."""
-        return self.pinned(spark.range(0, self.parallelism, 1, self.parallelism))
+    def chained(self, step: EpochStep, into: KeyedState) -> store_apply.Applying | None:
+        return self._planned(step) if store_apply.chainable([step.checkpoint_id], step.subtasks, into) else None
 
-    def pinned(self, df: DataFrame) -> DataFrame:
-        """``df`` (partition i: store i) sent where the stores are (``state.placement``)."""
-        return df if self.placement is None else self.placement.pinned(df, self.operator, self.parallelism)
+    def apply_epochs(self, spark: SparkSession, node: Any, ids: list[int], records: DataFrame,
+                     volume: int | None) -> list[StoreState]:
+        return store_apply.aggregate(spark, self, ids, records, node, None, volume)
 
-    def applied_loads(self) -> dict[int, tuple[str, float, str | None]]:
-        """How the apply from this state found each subtask's store (its tasks' events, ``state.loader``), and
-        the executor it ran on: a group of epochs applied at once is one apply, reported with its first epoch."""
-        where = {} if self.placement is None else self.placement.where(self.operator)
-        return {e[1]: (e[4], e[5], where.get(e[1])) for e in self.events.value
-                if e[0] == self.operator and e[2] == self.version and e[3] == "apply"}
+    def keep_past(self, before: KeyedState, behind: frozenset[int], key: tuple[str, ...], parallelism: int,
+                  max_parallelism: int) -> StoreState:
+        return self  # its apply took only the records of the subtasks behind; the others' stores stay
 
-    def after(self, version: int, delta: str, rows: dict[int, int]) -> tuple | None:
-        """``files`` at ``version``, applied on this state: these plus the epoch's delta its tasks wrote to
-        folder ``delta`` (``rows`` per subtask); None where these are None."""
-        if self.files is None:
-            return None
-        return tuple(mine + ((StateFile(f"{delta}/{SUBTASK}={i}", rows[i], version, sealed=False),)
-                             if rows.get(i) else ()) for i, mine in enumerate(self.files))
+    def prefers_full(self, spec: StateSpec, base: int, changed: int, full_rows: int) -> bool:
+        """Never: its delta is the epoch's changes, already written, while a full snapshot reads every store;
+        and its runs restore from the stores, not the files."""
+        return False
 
-
-def write_full(spark: SparkSession, state: StoreState, base: int | None) -> dict:
-    """The full snapshot of the stores as of ``state.version``: one task per store
-    writes its subtask's file, as the deltas are written (none of Spark's file commit protocol). Returns the
-    rows and checksum of each subtask and the rows changed after ``base``, as the snapshot writer observes them
-    (``keyed_state.snapshot_metrics``)."""
-    folder = state.checkpoint_dir(state.version)
-    state_files.delete_dir(folder)  # the epoch's delta, an earlier attempt's files
-    dump = store_tasks.dump_task(state.at, state.operator, state.events, folder, SUBTASK)
-    rows = state.one_per_store(spark).mapInArrow(
-        dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
-    observation = Observation(f"full-{state.version}-{state.operator}")
-    integrity_checked(lambda: rows.observe(observation, *snapshot_metrics(
-        state.columns, state.parallelism, base)).write.format("noop").mode("overwrite").save())
-    return observation.get
-
-
-def own_snapshot(spark: SparkSession, state: StoreState, full: bool, base: int | None) -> dict | None:
-    """The metrics (``keyed_state.snapshot_metrics``) of the snapshot files of checkpoint ``state.version``
-    when the stores' tasks write them: the delta the epoch's tasks wrote, incremental on ``base`` (on the job's
-    first snapshot the stores started empty, so that delta is the whole state), or, full, what they write now
-    (``write_full``). None: the snapshot writer writes them from ``StoreState.rows``."""
-    if state.written is not None and state.prev == (base or 0) and (not full or base is None):
-        metrics = dict(state.written["metrics"])
-        metrics["changed"] = sum(metrics.get(f"rows_{i}") or 0 for i in range(state.parallelism))
+    def write_files(self, target: SnapshotTarget) -> dict:
+        # a partial recovery keeps the files of the subtasks past the epoch: those are written here, not by tasks
+        metrics = own_snapshot(target.spark, self, target.full, target.base) if target.subtasks is None else None
+        if metrics is None:
+            metrics = target.write_rows(self.rows(target.spark, None if target.full else target.base), self.columns,
+                                        target.base)
         return metrics
-    if full:
-        return write_full(spark, state, base)
-    return None
 
 
-def by_store(rows: DataFrame, parallelism: int) -> DataFrame:
-    """``rows`` (with a subtask column) partitioned so that Spark partition i holds subtask i's rows alone:
-    one task per store, run for every store (rows or not), and an aggregation grouping by the subtask
-    column after it adds no shuffle."""
-    return rows.repartitionById(parallelism, SUBTASK)
-
-
-def integrity_checked(action: Callable[[], T]) -> T:
-    """``action`` (a Spark action running store tasks), a task's integrity failure (``state.loader.INTEGRITY``)
-    raised as the ``StateIntegrityError`` it names, in one line, instead of Spark's traceback."""
-    try:
-        return action()
-    except Exception as exc:  # noqa: BLE001 - Spark wraps a task's error in several kinds
-        text = str(exc)
-        if INTEGRITY not in text:
-            raise
-        raise StateIntegrityError(text.split(INTEGRITY, 1)[1].splitlines()[0]) from None
-
-
-class StoreBackend:
+class StoreBackend(KeyedStateBackend):
     """The stores of a run's keyed aggregates: what their tasks need to find or build them at the restore point.
-    Opens none: the tasks do, on their executors (``state.loader``)."""
+    Opens none: the tasks do, on their executors (``stores.loader``)."""
 
     def __init__(self, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str,
                  max_parallelism: int, incarnation: str, seen: dict[str, dict[int, str]] | None = None) -> None:
@@ -295,24 +213,26 @@ class StoreBackend:
     def operators(self) -> set[str]:
         return set(self.states)
 
-    def open(self, points: int | None | dict[str, int | None], links: dict[str, list[ChainLink]],
-             taken_at: int | None, reload: bool, read: Callable[[str], DataFrame]) -> dict[str, StoreState]:
-        """Every store at ``points`` (one checkpoint, or one per operator): found by its tasks where their
-        executors hold it, else loaded from the restored chain ``links``. ``taken_at``: the parallelism of the
-        checkpoint (another splits it first, ``_split``, its state ``read`` as restored and verified);
-        ``reload``: every task loads from the files (a partial recovery's chains mix checkpoints)."""
+    @property
+    def reads_own_files(self) -> set[str]:
+        return set(self.states)
+
+    def open(self, point: RestorePoint) -> dict[str, StoreState]:
+        """Every store at its point: found by its tasks where their executors hold it, else loaded from the
+        restored chain. A checkpoint taken at another parallelism is split first (``_split``), its state read as
+        restored and checked; a partial recovery's chains mix checkpoints, so every task loads from the files."""
         p, out = self.job.parallelism, {}
         for op, st in self.states.items():
-            point = _at(points, op) or 0
-            chain = links.get(op, [])
-            if chain and taken_at != p:
-                files = self._split(st, read(op), point)
+            version = point.point(op) or 0
+            chain = point.links.get(op, [])
+            if chain and point.taken_at != p:
+                files = self._split(st, point.read(op), version)
             else:
                 per = {i: [] for i in range(p)}
                 for link in chain:  # newest first per subtask
                     per[link.subtask].insert(0, StateFile(link.uri, link.rows, link.checkpoint_id))
                 files = tuple(tuple(per[i]) for i in range(p))
-            out[op] = replace(st, version=point, files=files, reload=reload)
+            out[op] = replace(st, version=version, files=files, reload=point.partial)
         return out
 
     def _split(self, state: StoreState, rows: DataFrame, version: int) -> tuple[tuple[StateFile, ...], ...]:
@@ -338,6 +258,3 @@ class StoreBackend:
         self.events.value = []
         return events
 
-
-def _at(point: int | None | dict[str, int | None], operator: str) -> int | None:
-    return point.get(operator) if isinstance(point, dict) else point

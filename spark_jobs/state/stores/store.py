@@ -4,11 +4,11 @@ What Flink's RocksDB backend is to a task: the state lives beside the task, and 
 epoch reads and writes only the keys it touches, so its cost follows the epoch,
 not the state. The snapshots (Parquet under the state root, ``spark_jobs.run.snapshot``)
 stay the durable truth; a store is a cache of them that the next run reuses when
-it is exactly at the checkpoint restored (``spark_jobs.state.provider``).
+it is exactly at the checkpoint restored (``spark_jobs.state.stores.provider``).
 
 Versions are checkpoint ids. ``apply(versions, prev)`` folds the contributions
 of one epoch, or of several in order (a catch-up), into the state at ``prev`` in
-one transaction (``spark_jobs.state.fold``): it writes each touched key's last
+one transaction (``spark_jobs.state.stores.fold``): it writes each touched key's last
 row, records as undo of each version v the rows its epoch replaced (or their
 absence), one Arrow stream per version, and sets the version to the last. Undo
 makes the store multi-version for the last ``KEEP`` versions: a read ``as of``
@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from coordinator.checkpoints.manifests import fsync
-from spark_jobs.state.fold import fold
+from spark_jobs.state.stores.fold import fold
 
 #: the layout of a store's file (a store of another is not opened: its run loads a new one)
 FORMAT = 2

@@ -2,7 +2,7 @@
 
 One epoch, or a catch-up's several at once (``Dataflow.epochs``), is one Spark job of two stages
 per aggregate: the records' contributions routed to their store's partition (the one shuffle),
-merged per key where they land, and handed to the store's task (``state.tasks.apply_task``),
+merged per key where they land, and handed to the store's task (``stores.tasks.apply_task``),
 which folds them and writes each epoch's delta; the rows it returns are counted and checksummed
 as they pass (``Applying.run``). Past ``ROUTE_FIRST_UP_TO`` source records the contributions are
 merged per key before the routing instead (``_per_key``).
@@ -11,7 +11,7 @@ A chain of aggregates, each fed by the changes of the one before (the synthetic 
 is one job for an epoch, not one per aggregate (``planned``, ``chainable``): an aggregate's
 changed rows go from its store's task straight into the next one's routing, without being read
 back from the delta files, in a job of one stage more per link. The stores themselves, their
-state between epochs and their snapshots: ``state.provider``.
+state between epochs and their snapshots: ``stores.provider``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from coordinator.checkpoints import state_files
 from spark_jobs.state import aggregate_parts
 from spark_jobs.records.spark_types import spark_type
-from spark_jobs.state import tasks as store_tasks
+from spark_jobs.state.stores import tasks as store_tasks
 from spark_jobs.state.keyed_state import SUBTASK, group_metrics, metrics_by, quoted, with_subtask
-from spark_jobs.state.provider import StoreState, by_store, integrity_checked
+from spark_jobs.state.backend import EPOCH, KeyedState
+from spark_jobs.state.stores.store_state import StoreVersion, by_store, integrity_checked
 
-#: the column that tells ``aggregate`` a record's epoch (``tagged``)
-EPOCH = "_abs_epoch"
 #: ``_per_key`` routes up to this many source records before merging them per key, more after: measured in one
 #: local[2] session, single epochs of 1e4-1e5 records and a catch-up of 5e5 used 8-10% less CPU routed first, a
 #: catch-up of 1e6 source records (5e6 records into the aggregate, over 5e4 keys) 6% more (docs/benchmarks.md)
@@ -42,19 +41,14 @@ ROUTE_FIRST_UP_TO = 500_000
 SLOT, PRESENT = "_abs_slot", "_abs_present"
 
 
-def _delta_rows(spark: SparkSession, state: StoreState, delta: str, subtasks: list[int]) -> DataFrame:
+def _delta_rows(spark: SparkSession, state: StoreVersion, delta: str, subtasks: list[int]) -> DataFrame:
     """An epoch's changes as its apply wrote them: the delta files of ``subtasks`` (those with rows)."""
     if not subtasks:
         return spark.createDataFrame([], state.schema)
     return spark.read.schema(state.schema).parquet(*[f"{delta}/{SUBTASK}={i}" for i in subtasks])
 
 
-def tagged(rows: DataFrame, checkpoint_id: int) -> DataFrame:
-    """The records of one epoch, tagged with it for ``aggregate``."""
-    return rows.withColumn(EPOCH, F.lit(checkpoint_id).cast("long"))
-
-
-def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], subtasks: frozenset[int] | None,
+def _per_key(rows: DataFrame, node: object, state: StoreVersion, ids: list[int], subtasks: frozenset[int] | None,
              records: int | None) -> tuple[DataFrame, list[str]]:
     """Each key's contributions of every epoch of ``ids`` merged in one row per key, not one per key and epoch:
     a catch-up's keys recur from epoch to epoch, so the aggregation holds, and the store's task takes in, one
@@ -64,7 +58,7 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
     fails). The merged state columns.
 
     Up to ``ROUTE_FIRST_UP_TO`` source records (``records``; None: few), the records are routed to their
-    store's partition first (``provider.by_store``, the one shuffle), then merged per key where they landed:
+    store's partition first (``store_state.by_store``, the one shuffle), then merged per key where they landed:
     the subtask is one of the aggregation's keys, so the routing satisfies its distribution and Spark adds no
     shuffle of its own. Two stages per aggregate instead of four (a partial aggregation, its shuffle, then
     the routing's). Above it they are merged per key first and the rows routed after, which shuffles one row
@@ -95,8 +89,8 @@ def _per_key(rows: DataFrame, node: object, state: StoreState, ids: list[int], s
     return wide, [column for column, _ in parts]
 
 
-def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
-              subtasks: frozenset[int] | None = None, records: int | None = None) -> list[StoreState]:
+def aggregate(spark: SparkSession, state: StoreVersion, ids: list[int], rows: DataFrame, node: object,
+              subtasks: frozenset[int] | None = None, records: int | None = None) -> list[StoreVersion]:
     """The records of epochs ``ids`` (each tagged with its epoch in column ``EPOCH``) of a keyed aggregate on
     its stores, in order, in one Spark job: one epoch, or several at once (a catch-up, ``Dataflow.epochs``);
     its state after each. ``subtasks``: only these take records (a partial recovery: the others are past the
@@ -104,7 +98,7 @@ def aggregate(spark: SparkSession, state: StoreState, ids: list[int], rows: Data
     return planned(spark, state, ids, rows, node, subtasks, records).run()
 
 
-def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFrame, node: object,
+def planned(spark: SparkSession, state: StoreVersion, ids: list[int], rows: DataFrame, node: object,
             subtasks: frozenset[int] | None = None, records: int | None = None,
             carried: tuple[Applying, ...] = ()) -> Applying:
     """``aggregate``'s job planned, not run: ``Applying.run`` runs it. ``carried``: applies planned before it
@@ -128,11 +122,11 @@ def planned(spark: SparkSession, state: StoreState, ids: list[int], rows: DataFr
                     carried, plan)
 
 
-def chainable(state: StoreState, ids: list[int], subtasks: frozenset[int] | None, into: StoreState) -> bool:
-    """Whether an apply of ``state`` can run inside the job of the aggregate ``into`` its changed rows feed
-    (``planned``'s ``carried``): one epoch of a whole run (not a partial recovery), its tasks writing the
-    deltas, and ``into`` pinned, since its metrics are read from the plan under the pinned RDD."""
-    return len(ids) == 1 and subtasks is None and into.placement is not None
+def chainable(ids: list[int], subtasks: frozenset[int] | None, into: KeyedState) -> bool:
+    """Whether an apply can run inside the job of the aggregate ``into`` its changed rows feed (``planned``'s
+    ``carried``): one epoch of a whole run (not a partial recovery), its tasks writing the deltas, and ``into``
+    able to carry it (``KeyedState.carries_applies``)."""
+    return len(ids) == 1 and subtasks is None and into.carries_applies
 
 
 @dataclass
@@ -141,7 +135,7 @@ class Applying:
     chain to plan on without running it (``chainable``); ``run``: its job, and the states after it."""
 
     spark: SparkSession
-    state: StoreState
+    state: StoreVersion
     ids: list[int]
     applied: DataFrame
     deltas: list[str] | None
@@ -149,7 +143,7 @@ class Applying:
     carried: tuple[Applying, ...] = ()
     plan: object | None = None
     #: the states after each epoch, once its job ran (``run``, or the job that carried it)
-    states: list[StoreState] | None = None
+    states: list[StoreVersion] | None = None
 
     @cached_property
     def observed(self) -> DataFrame:
@@ -161,7 +155,7 @@ class Applying:
         """The changed rows of its one epoch, run by the job of the apply they feed (which carries this one)."""
         return self.observed.drop(SUBTASK)
 
-    def run(self) -> list[StoreState]:
+    def run(self) -> list[StoreVersion]:
         """Run the job: this apply and the ones it carries, each chain link's states set after it."""
         state, ids, applied, deltas = self.state, self.ids, self.applied, self.deltas
         if deltas is None:  # the snapshot writer writes the deltas from these rows
@@ -199,7 +193,7 @@ class Applying:
             link._done(_by_subtask(json.loads(metrics.get().json()), link.ids[0], link.state.parallelism))
             link._carried_done()
 
-    def _done(self, found: dict[tuple[int, int], tuple[int, int | None]]) -> list[StoreState]:
+    def _done(self, found: dict[tuple[int, int], tuple[int, int | None]]) -> list[StoreVersion]:
         state, ids, deltas, p = self.state, self.ids, self.deltas, self.state.parallelism
         loads = state.applied_loads()
         prevs = [state.version, *ids[:-1]]

@@ -1,6 +1,6 @@
 """Fold epochs' per-key contributions into a store's rows, in epoch order, with Arrow and numpy.
 
-A keyed aggregate's store (``spark_jobs.state.store``) applies one epoch or several at once (a
+A keyed aggregate's store (``spark_jobs.state.stores.store``) applies one epoch or several at once (a
 catch-up). A touched key's sequence is its row in the store, if it has one, then its contribution of each
 epoch that touched it, in version order. Folding merges each contribution into the row before it as
 applying the epochs one at a time would, with the same operations in the same order (a float sum
