@@ -33,7 +33,7 @@ from coordinator.sources import source  # noqa: E402
 from coordinator.catalog.db import make_engine, upgrade  # noqa: E402
 from coordinator.checkpoints.coordinator import CheckpointCoordinator  # noqa: E402
 from absreplay_examples.definitions import wordcount  # noqa: E402
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest  # noqa: E402
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest  # noqa: E402
 from coordinator.settings import Settings  # noqa: E402
 from coordinator.checkpoints.store import CheckpointStore  # noqa: E402
 

@@ -29,8 +29,7 @@ from coordinator.errors import as_user_error
 from coordinator.dataflow.discovery import get_job
 from coordinator.arguments import parse, positive_arg
 from coordinator.checkpoints.lease import RUN_LEASE_WAIT_S, processing_lease
-from coordinator.modes import RecoveryKind, RecoveryMode, SnapshotMode
-from coordinator.checkpoints.recovery import RecoveryRequest
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest, SnapshotMode
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
 

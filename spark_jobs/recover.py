@@ -20,7 +20,8 @@ from pyspark.sql import SparkSession
 from coordinator.checkpoints import recovery, rescale, run_plan
 from coordinator.upgrades import job_plan, upgrade
 from coordinator.checkpoints.coordinator import CheckpointCoordinator
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest, RecoveryResult
+from coordinator.checkpoints.recovery import RecoveryResult
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import SourceError, StateIntegrityError

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from absreplay.airflow.orchestration import catalog_store, sink_commit_marks, sink_commits_after
@@ -21,7 +20,7 @@ from coordinator.arguments import BIGINT_MAX
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.dataflow.discovery import get_job
 from coordinator.errors import AbsError, CheckpointNotFoundError, UsageError
-from coordinator.modes import RecoveryMode
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.settings import Settings
 
 if TYPE_CHECKING:
@@ -31,30 +30,19 @@ if TYPE_CHECKING:
 RECOVERY_TIMEOUT_S = 6 * 3600
 
 
-@dataclass(frozen=True)
-class RecoveryRequest:
-    job: str
-    #: None: no checkpoint had completed when the request was validated (recover from the start)
-    checkpoint_id: int | None
-    mode: str
-    rewind: bool
-    fallback: bool = False
-    #: the recover DAG's run that asks: its recoveries row (or refusal) names it
-    airflow_run_id: str | None = None
-    #: take the job on to its changed declaration, rebuilding from checkpoint_id (None: the start of the input)
-    upgrade: bool = False
-
-    def cli_args(self) -> list[str]:
-        if self.upgrade:
-            start = ["--from-checkpoint", str(self.checkpoint_id)] if self.checkpoint_id else ["--from-start"]
-            args = ["upgrade", self.job, *start]
-        elif self.rewind:
-            args = ["rewind", self.job, "--to", str(self.checkpoint_id)]
-        else:
-            checkpoint = ["--checkpoint", str(self.checkpoint_id)] if self.checkpoint_id is not None else []
-            args = ["recover", self.job, *checkpoint, "--mode", self.mode]
-        run = ["--airflow-run-id", self.airflow_run_id] if self.airflow_run_id else []
-        return args + (["--fallback"] if self.fallback else []) + run
+def command_args(params: Mapping[str, Any]) -> list[str]:
+    """The ``absreplay`` command line of a validated request (``RecoveryRequest.as_params``)."""
+    request = RecoveryRequest.from_params(params)
+    if request.kind is RecoveryKind.UPGRADE:
+        start = ["--from-checkpoint", str(request.checkpoint)] if request.checkpoint else ["--from-start"]
+        args = ["upgrade", request.job, *start]
+    elif request.kind is RecoveryKind.REWIND:
+        args = ["rewind", request.job, "--to", str(request.checkpoint)]
+    else:
+        checkpoint = ["--checkpoint", str(request.checkpoint)] if request.checkpoint is not None else []
+        args = ["recover", request.job, *checkpoint, "--mode", str(request.mode)]
+    run = ["--airflow-run-id", request.airflow_run_id] if request.airflow_run_id else []
+    return args + (["--fallback"] if request.fallback else []) + run
 
 
 class RecoveryCommandError(AbsError):
@@ -108,7 +96,8 @@ def _validated_upgrade(settings: Settings, job: JobDefinition, checkpoint: Any, 
         found = job_plan.plan(store, job)
         if found.needs_upgrade and not job_plan.under_way(store, job.name, found.to_version, found.checkpoint_id):
             upgrades.start_point(store, job, found, checkpoint is None, checkpoint)
-    return asdict(RecoveryRequest(job.name, checkpoint, "full", False, False, airflow_run_id, upgrade=True))
+    return RecoveryRequest(RecoveryKind.UPGRADE, RecoveryMode.FULL, checkpoint, False, airflow_run_id,
+                           job.name).as_params()
 
 
 def is_checkpoint_id(value: Any) -> bool:
@@ -119,13 +108,14 @@ def is_checkpoint_id(value: Any) -> bool:
 
 def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind: Any, fallback: Any,
                airflow_run_id: str | None) -> dict[str, Any]:
-    mode = str(modes.parse(RecoveryMode, mode, "mode"))
+    mode = modes.parse(RecoveryMode, mode, "mode")
     if not isinstance(rewind, bool):
         raise UsageError(f"rewind must be true or false, not {rewind!r}")
     if not isinstance(fallback, bool):
         raise UsageError(f"fallback must be true or false, not {fallback!r}")
-    if rewind and mode != "full":
+    if rewind and mode is not RecoveryMode.FULL:
         raise UsageError("rewind reprocesses every task from the checkpoint: use mode 'full' with rewind")
+    kind = RecoveryKind.REWIND if rewind else RecoveryKind.RECOVER
     if checkpoint is not None and not is_checkpoint_id(checkpoint):
         raise UsageError(f"checkpoint must be a whole number from 1 to {BIGINT_MAX}, or empty for the latest "
                          f"completed one; got {checkpoint!r}")
@@ -136,7 +126,7 @@ def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind:
                 if rewind:
                     raise UsageError(f"job {job!r} has no completed checkpoint to rewind to yet")
                 # nothing completed yet: the recovery starts every task from the start of the sources
-                return asdict(RecoveryRequest(job, None, mode, rewind, fallback, airflow_run_id))
+                return RecoveryRequest(RecoveryKind.RECOVER, mode, None, fallback, airflow_run_id, job).as_params()
             checkpoint = latest.checkpoint_id
         ck = store.checkpoint(job, checkpoint)  # CheckpointNotFoundError: unknown id
     status = CheckpointStatus(ck.status)
@@ -158,9 +148,8 @@ def _validated(settings: Settings, job: str, checkpoint: Any, mode: Any, rewind:
     from coordinator.checkpoints import recovery
 
     with catalog_store(settings) as store:  # what the command line itself checks (e.g. partial needs the latest)
-        recovery.validate(store, job, recovery.RecoveryKind("rewind" if rewind else "recover"),
-                          recovery.RecoveryMode(mode), checkpoint)
-    return asdict(RecoveryRequest(job, checkpoint, mode, rewind, fallback, airflow_run_id))
+        recovery.validate(store, job, kind, mode, checkpoint)
+    return RecoveryRequest(kind, mode, checkpoint, fallback, airflow_run_id, job).as_params()
 
 
 def absreplay_executable() -> str:
@@ -171,7 +160,7 @@ def absreplay_executable() -> str:
 
 def run_recovery(settings: Settings, request: Mapping[str, Any]) -> str:
     """Run the command line's recovery entry for a validated request; its output, or RecoveryCommandError."""
-    args = RecoveryRequest(**request).cli_args()
+    args = command_args(request)
     # COLUMNS: the command line's console would wrap its one-line error at 80 columns
     env = {**os.environ, **settings.as_env(), "COLUMNS": "1000"}
     # its own process group: spark-submit and the driver JVM are its children, and they hold the job's lease

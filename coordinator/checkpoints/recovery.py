@@ -54,18 +54,6 @@ class RecoveryResult(StrEnum):
     REFUSED = "REFUSED"
 
 
-@dataclass(frozen=True)
-class RecoveryRequest:
-    kind: RecoveryKind
-    mode: RecoveryMode
-    #: None: the latest completed checkpoint
-    checkpoint: int | None
-    #: a missing or corrupt file moves the recovery to the previous completed checkpoint
-    fallback: bool = False
-    #: the run of the job's recover DAG that asked for it (None: the command line)
-    airflow_run_id: str | None = None
-
-
 @dataclass
 class ResetOutcome:
     superseded: list[int] = field(default_factory=list)

@@ -190,12 +190,12 @@ def history(ws: Workspace) -> Workspace:
 
 def test_recovery_defaults_to_the_latest_completed_checkpoint(history: Workspace) -> None:
     request = recovery_tasks.validate_recovery(history.settings, "wordcount", None, "full", False)
-    assert request == {"job": "wordcount", "checkpoint_id": 3, "mode": "full", "rewind": False, "fallback": False,
-                       "airflow_run_id": None, "upgrade": False}
-    assert recovery_tasks.RecoveryRequest(**request).cli_args() == [
+    assert request == {"job": "wordcount", "kind": "recover", "mode": "full", "checkpoint": 3, "fallback": False,
+                       "airflow_run_id": None}
+    assert recovery_tasks.command_args(request) == [
         "recover", "wordcount", "--checkpoint", "3", "--mode", "full"]
     rewind = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", True)
-    assert recovery_tasks.RecoveryRequest(**rewind).cli_args() == ["rewind", "wordcount", "--to", "3"]
+    assert recovery_tasks.command_args(rewind) == ["rewind", "wordcount", "--to", "3"]
     partial = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "partial", False)
     assert partial["mode"] == "partial"
 
@@ -253,10 +253,10 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
                   {"parts": json.dumps(old), "now": utcnow()})
         c.execute(text("UPDATE checkpoints SET job_version = 'old-tokenizer' WHERE checkpoint_id = 3"))
     request = recovery_tasks.validate_recovery(history.settings, "wordcount", None, "full", False, upgrade=True)
-    assert recovery_tasks.RecoveryRequest(**request).cli_args() == ["upgrade", "wordcount", "--from-start"]
+    assert recovery_tasks.command_args(request) == ["upgrade", "wordcount", "--from-start"]
     request = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", False, False, "manual__1",
                                               True)
-    assert recovery_tasks.RecoveryRequest(**request).cli_args() == [
+    assert recovery_tasks.command_args(request) == [
         "upgrade", "wordcount", "--from-checkpoint", "3", "--airflow-run-id", "manual__1"]
     before = catalog_snapshot(history)
     for checkpoint, rewind, upgrade, message in [
@@ -274,8 +274,8 @@ def test_an_upgrade_request_names_where_it_rebuilds_from_and_is_refused_like_a_r
 def test_recovery_before_any_completed_checkpoint_starts_from_the_sources(ws: Workspace) -> None:
     orchestration.inject_barrier(ws.settings, "wordcount")
     request = recovery_tasks.validate_recovery(ws.settings, "wordcount", None, "full", False)
-    assert request["checkpoint_id"] is None
-    assert recovery_tasks.RecoveryRequest(**request).cli_args() == ["recover", "wordcount", "--mode", "full"]
+    assert request["checkpoint"] is None
+    assert recovery_tasks.command_args(request) == ["recover", "wordcount", "--mode", "full"]
     # a rewind needs a checkpoint to go back to
     with pytest.raises(UsageError, match="job 'wordcount' has no completed checkpoint to rewind to yet"):
         recovery_tasks.validate_recovery(ws.settings, "wordcount", None, "full", True)
@@ -283,7 +283,7 @@ def test_recovery_before_any_completed_checkpoint_starts_from_the_sources(ws: Wo
 
 def test_recovery_runs_the_command_line_entry_and_fails_with_its_message(history: Workspace) -> None:
     request = recovery_tasks.validate_recovery(history.settings, "wordcount", 3, "full", False, True)
-    assert recovery_tasks.RecoveryRequest(**request).cli_args()[-1] == "--fallback"
+    assert recovery_tasks.command_args(request)[-1] == "--fallback"
     # between validation and the run, checkpoint 3 is subsumed: the command line refuses, exit 2
     orchestration.inject_barrier(history.settings, "wordcount")
     history.complete(4)
@@ -327,7 +327,8 @@ def test_a_recovery_that_times_out_stops_its_whole_process_group(tmp_path: Path,
     fake.chmod(0o755)
     monkeypatch.setattr(recovery_tasks, "absreplay_executable", lambda: str(fake))
     monkeypatch.setattr(recovery_tasks, "RECOVERY_TIMEOUT_S", 2)
-    request = {"job": "wordcount", "checkpoint_id": 1, "mode": "full", "rewind": False, "fallback": False}
+    request = {"job": "wordcount", "kind": "recover", "mode": "full", "checkpoint": 1, "fallback": False,
+               "airflow_run_id": None}
     with pytest.raises(recovery_tasks.RecoveryCommandError, match="did not finish in 2 s; its whole process group"):
         recovery_tasks.run_recovery(Settings.from_env({"ABS_HOME": str(tmp_path)}), request)
     child = int(pid_file.read_text())

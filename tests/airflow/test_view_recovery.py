@@ -196,5 +196,5 @@ def test_a_refused_request_is_recorded_with_its_reason(ws: Workspace) -> None:
     assert "is FAILED (TASK_DECLINED" in failed["detail"]
     # a valid request is no refusal: nothing recorded, the run id travels to the command line
     request = recovery_tasks.validate_recovery(ws.settings, JOB, 2, "full", True, False, "manual__8")
-    assert recovery_tasks.RecoveryRequest(**request).cli_args()[-2:] == ["--airflow-run-id", "manual__8"]
+    assert recovery_tasks.command_args(request)[-2:] == ["--airflow-run-id", "manual__8"]
     assert len(recovery.history(ws.store, JOB)) == 2

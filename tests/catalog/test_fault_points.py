@@ -26,7 +26,7 @@ import pytest
 
 from absreplay_examples.definitions import wordcount
 from coordinator.checkpoints.policy import CheckpointPolicy
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.faults import POINTS
 from tests.servers.test_kafka_sink import STEPS as KAFKA_SINK_STEPS
 from tests.helpers import cli_ok, crash, kill_when, lost_and_duplicated, make_workspace, start

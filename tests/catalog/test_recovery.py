@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from coordinator.checkpoints import recovery
 from coordinator.checkpoints.lifecycle import CheckpointStatus
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode, RecoveryRequest
+from coordinator.modes import RecoveryKind, RecoveryMode, RecoveryRequest
 from coordinator.errors import CheckpointNotFoundError, StateIntegrityError, UsageError
 from tests.helpers import cli, crash, make_workspace
 

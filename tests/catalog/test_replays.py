@@ -14,7 +14,7 @@ import absreplay.api as abs
 from coordinator.checkpoints import back_edge_logs, manifests, recovery, state_files
 from coordinator.sinks import transactions as sinks
 from absreplay_examples.definitions import connected_components
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode
+from coordinator.modes import RecoveryKind, RecoveryMode
 from tests.helpers import make_workspace, stage_counts
 
 

@@ -24,7 +24,7 @@ from airflow.sdk.execution_time.task_runner import _serialize_outlet_events  # n
 
 from absreplay.airflow import orchestration, sink_assets  # noqa: E402
 from coordinator.checkpoints import recovery  # noqa: E402
-from coordinator.checkpoints.recovery import RecoveryKind, RecoveryMode  # noqa: E402
+from coordinator.modes import RecoveryKind, RecoveryMode  # noqa: E402
 from coordinator.errors import ConfigError  # noqa: E402
 from coordinator.sinks import commits  # noqa: E402
 from coordinator.sinks.declarations import DeltaTable, ParquetDirectory, SqlTable  # noqa: E402
