@@ -157,7 +157,7 @@ def summary(runs: list[dict]) -> dict:
 def fan_out(tasks: int) -> JobGraph:
     """One source task hashing to tasks - 1 counter tasks: ``tasks`` tasks in all."""
     return JobGraph(
-        operators=(Operator("src", OperatorKind.SOURCE, 1), Operator("count", OperatorKind.KEYED_AGGREGATE, tasks - 1)),
+        operators=(Operator("src", OperatorKind.SOURCE, 1), Operator("count", OperatorKind.WINDOW, tasks - 1)),
         edges=(Edge("src", "count", Partitioning.HASH),),
     )
 

@@ -30,6 +30,7 @@ from coordinator.settings import Settings
 from spark_jobs.operators import keyed_operators, refire
 from spark_jobs.run.runner import EpochRunner, Restored, RunReport, log
 from coordinator.modes import SnapshotMode
+from coordinator.dataflow.graph import OperatorKind
 
 
 def restated_rows(job: JobDefinition, restored: Restored, settings: Settings) -> dict:
@@ -40,7 +41,7 @@ def restated_rows(job: JobDefinition, restored: Restored, settings: Settings) ->
         node = job.spec.node(sink.input) if job.spec is not None else None
         if sink.from_state or sink.key is None or node is None:
             continue
-        if node.kind == "join":  # a re-emitting join: every record and its key's row are in its state
+        if node.kind is OperatorKind.JOIN:  # a re-emitting join: every record and its key's row are in its state
             rows[sink.name] = keyed_operators.rejoined(restored.states[sink.input], node,
                                                        sink.column_names).toArrow()
             continue

@@ -45,6 +45,7 @@ from coordinator.dataflow.jobs import JobDefinition
 from coordinator.checkpoints.lifecycle import CheckpointStatus
 from coordinator.settings import Settings
 from coordinator.checkpoints.store import CheckpointStore
+from coordinator.dataflow.graph import KEYED_KINDS, OperatorKind
 from spark_jobs.state import keyed_state
 from spark_jobs.state.frames.frame_state import FrameState
 from spark_jobs.operators import deletes, ttl
@@ -123,7 +124,8 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
     fixpoint), else the same epochs again (windows, joins, process functions, and a keyed operator fed
     by another's changes). Returns (states, records read, epochs run)."""
     job, flow = runner.job, runner.flow
-    exact = any(st.kind in ("window", "join", "interval_join", "process") for st in job.states) or \
+    exact = any(st.kind in (OperatorKind.WINDOW, OperatorKind.JOIN, OperatorKind.INTERVAL_JOIN, OperatorKind.PROCESS)
+                for st in job.states) or \
         fed_by_keyed(flow)
     exact = exact or ttl.has_ttl(flow.spec.nodes)  # a state TTL counts epochs
     epochs = catalog_epochs.lineage(store, job.name, checkpoint_id, "its windows and joins cannot be replayed "
@@ -154,7 +156,7 @@ def recompute(spark: SparkSession, store: CheckpointStore, runner: EpochRunner,
 def fed_by_keyed(flow: Dataflow) -> bool:
     """A keyed operator consumes another's output: that output is the keys each epoch changed, so
     what the consumer receives (a key changed in two epochs arrives twice) depends on where epochs end."""
-    keyed = {n.name for n in flow.spec.nodes if n.kind not in ("source", "map", "filter", "flat_map", "sink")}
+    keyed = {n.name for n in flow.spec.nodes if n.kind in (*KEYED_KINDS, OperatorKind.ITERATE)}
 
     def upstream_keyed(name: str) -> bool:
         node = flow.nodes[name]

@@ -71,7 +71,7 @@ def chain_steps(graph: JobGraph) -> list[list[str]]:
 
 
 def graph_chains(graph: JobGraph) -> list[str]:
-    """One line per chain: ``source(source) -> tokenize(flat_map) => count(keyed_reduce) -> sink(sink)``."""
+    """One line per chain: ``source(source) -> tokenize(flat_map) => count(aggregate) -> sink(sink)``."""
     return [" ".join(steps) for steps in chain_steps(graph)]
 
 
@@ -148,7 +148,7 @@ def _catalog_cell(facts: dict[str, Any] | None) -> str:
 
 
 def jobs_table(found: Found, store: CheckpointStore | None, catalog_url: str) -> Table:
-    """One row a job; the graph one step a line (``=> count(keyed_reduce)``), so a cell never
+    """One row a job; the graph one step a line (``=> count(aggregate)``), so a cell never
     breaks inside a step. Nothing is cut short: long origins fold."""
     table = Table(title="jobs", caption=LEGEND, show_lines=True)
     for col in ("job", "found in", "parallelism", "graph", "sinks", "catalog"):

@@ -10,7 +10,7 @@ from typing import Any
 from coordinator.dataflow.declaration import JobDeclaration, Node, Session, late_sink_name
 from coordinator.dataflow.code_digest import code_digest
 from coordinator.dataflow.ttl import check_consistency, event_columns
-from coordinator.dataflow.graph import Edge, JobGraph, Operator, OperatorKind, Partitioning
+from coordinator.dataflow.graph import KEYED_KINDS, STATELESS_KINDS, Edge, JobGraph, Operator, OperatorKind, Partitioning
 from coordinator.dataflow.iterate import LoopStep, check_loop, iterate
 from coordinator.dataflow.jobs import JobDefinition, SinkSpec, StateSpec
 from coordinator.sinks.dead_letters import DeadLetters
@@ -18,10 +18,6 @@ from coordinator.sinks.declarations import SqlTable
 from coordinator.sinks.deletes import DELETE
 from coordinator.types import Schema, sql_type
 
-STATELESS = {"map": OperatorKind.MAP, "filter": OperatorKind.FILTER, "flat_map": OperatorKind.FLAT_MAP}
-KEYED = {"aggregate": OperatorKind.KEYED_REDUCE, "process": OperatorKind.STATEFUL_MAP,
-         "window": OperatorKind.KEYED_AGGREGATE, "join": OperatorKind.CO_PROCESS,
-         "interval_join": OperatorKind.CO_PROCESS}
 #: keyed operators with a late-record sink of their own (their dead letters)
 WITH_LATE = ("window", "interval_join")
 #: keyed operators whose output is their changed state rows (an upsert stream)
@@ -48,7 +44,7 @@ def emitted(columns: list[str] | tuple[str, ...]) -> list[str]:
 def deletes_keys(node: Node) -> bool:
     """Whether the operator's state can lose keys, as tombstones (``coordinator.sinks.deletes``): a process
     function (its rows with ``_delete`` true), an operator with a state TTL (``coordinator.dataflow.ttl``)."""
-    return node.kind == "process" or node.ttl_epochs is not None or node.ttl_ms is not None
+    return node.kind is OperatorKind.PROCESS or node.ttl_epochs is not None or node.ttl_ms is not None
 
 
 def aggregate_columns(node: Node) -> Schema:
@@ -62,25 +58,25 @@ def aggregate_columns(node: Node) -> Schema:
 
 def state_spec(node: Node) -> StateSpec:
     key = node.key_names
-    if node.kind == "window":
+    if node.kind is OperatorKind.WINDOW:
         emitted_flag = ((SESSION_EMITTED, "boolean"),) if isinstance(node.window, Session) else \
             ((WINDOW_EMITTED, "long"),) if node.refire else ()
         columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node), *emitted_flag, ("updated", "long"))
-        return StateSpec(node.name, "window", columns, (*key, "window_start"), key)
-    if node.kind == "join":
-        return StateSpec(node.name, "join", None, (*key, "_side", "_partition", "_seq", "_n"), key)
-    if node.kind == "interval_join":  # buffered rows, by their source position (spark_jobs.operators.interval_join)
-        return StateSpec(node.name, "interval_join", None, (*key, "_side", "_partition", "_seq", "_n"), key)
-    values = (*(aggregate_columns(node) if node.kind == "aggregate" else node.state), *event_columns(node))
+        return StateSpec(node.name, OperatorKind.WINDOW, columns, (*key, "window_start"), key)
+    if node.kind is OperatorKind.JOIN:
+        return StateSpec(node.name, OperatorKind.JOIN, None, (*key, "_side", "_partition", "_seq", "_n"), key)
+    if node.kind is OperatorKind.INTERVAL_JOIN:  # buffered rows by their source position (``operators.interval_join``)
+        return StateSpec(node.name, OperatorKind.INTERVAL_JOIN, None, (*key, "_side", "_partition", "_seq", "_n"), key)
+    values = (*(aggregate_columns(node) if node.kind is OperatorKind.AGGREGATE else node.state), *event_columns(node))
     marker = ((DELETE, "boolean"),) if deletes_keys(node) else ()
     return StateSpec(node.name, node.kind, (*node.key, *values, *marker, ("updated", "long")), key, key)
 
 
 def output_schema(node: Node) -> Schema | None:
     """The columns a keyed operator emits (None: a stream of records whose columns Spark knows)."""
-    if node.kind in ("aggregate", "process", "iterate"):
+    if node.kind in (OperatorKind.AGGREGATE, OperatorKind.PROCESS, OperatorKind.ITERATE):
         columns = state_spec(node).columns
-    elif node.kind == "window":
+    elif node.kind is OperatorKind.WINDOW:
         columns = (*node.key, *WINDOW_BOUNDS, *aggregate_columns(node))
     else:
         return None
@@ -104,7 +100,7 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
                          f"{', '.join(known) or 'the declared ones'}")
     upsert = src.kind in UPSERTS
     key = src.key_names if upsert else refire_key(src)
-    if src.kind == "join" and src.reemit:
+    if src.kind is OperatorKind.JOIN and src.reemit:
         if not node.upsert_key:
             raise ValueError(f"job {job.name!r}, sink {node.name!r}: the re-emitting join {src.name!r} emits a "
                              f"record again when its row changes: name the columns that identify a record, "
@@ -126,7 +122,7 @@ def _sink(job: JobDeclaration, node: Node) -> SinkSpec:
 def refire_key(node: Node) -> tuple[str, ...] | None:
     """A re-firing window's sinks upsert by key and window start (a window's row is replaced when it
     fires again); None for every other stream (appended)."""
-    return (*node.key_names, "window_start") if node.kind == "window" and node.refire else None
+    return (*node.key_names, "window_start") if node.kind is OperatorKind.WINDOW and node.refire else None
 
 
 def late_sink(node: Node) -> SinkSpec:
@@ -160,16 +156,16 @@ def operator_params(node: Node) -> dict[str, Any]:
 
 def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     p = job.parallelism
-    sources = [n for n in job.nodes if n.kind == "source"]
+    sources = [n for n in job.nodes if n.kind is OperatorKind.SOURCE]
     if not sources:
         raise ValueError(f"job {job.name!r} declares no source: job.source(name, abs.TextLines())")
-    keyed = [n for n in job.nodes if n.kind in (*KEYED, "iterate")]
+    keyed = [n for n in job.nodes if n.kind in (*KEYED_KINDS, OperatorKind.ITERATE)]
     if not keyed:
         raise ValueError(f"job {job.name!r} declares no keyed operator: .key_by(key, type).aggregate(...)")
-    sinks = [n for n in job.nodes if n.kind == "sink"]
+    sinks = [n for n in job.nodes if n.kind is OperatorKind.SINK]
     if not sinks:
         raise ValueError(f"job {job.name!r} declares no sink: .sink(name, abs.SqlTable(table))")
-    loops = [n for n in keyed if n.kind == "iterate"]
+    loops = [n for n in keyed if n.kind is OperatorKind.ITERATE]
     check_consistency(job.name, [n.name for n in keyed if n.ttl_epochs or n.ttl_ms], job.consistency)
     if loops and len(keyed) > 1:
         raise ValueError(f"job {job.name!r}: a job with an iterate loop has no other keyed operator (yet)")
@@ -177,13 +173,13 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
     edges: list[Edge] = []
     loop = None
     for node in job.nodes:
-        if node.kind == "source":
+        if node.kind is OperatorKind.SOURCE:
             operators.append(Operator(node.name, OperatorKind.SOURCE, p))
-        elif node.kind in STATELESS:
-            operators.append(Operator(node.name, STATELESS[node.kind], p))
-        elif node.kind == "sink":
+        elif node.kind in STATELESS_KINDS:
+            operators.append(Operator(node.name, node.kind, p))
+        elif node.kind is OperatorKind.SINK:
             operators.append(Operator(node.name, OperatorKind.SINK, p))
-        elif node.kind == "iterate":
+        elif node.kind is OperatorKind.ITERATE:
             loop = iterate(
                 head=Operator(node.name, OperatorKind.ITERATE_HEAD, p),
                 body=[LoopStep(Operator(node.loop.body_name, OperatorKind.FLAT_MAP, p), Partitioning.FORWARD)],
@@ -194,16 +190,16 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
             edges += [Edge(up, node.name, Partitioning.HASH) for up in node.inputs] + list(loop.edges)
             continue
         else:
-            operators.append(Operator(node.name, KEYED[node.kind], p))
+            operators.append(Operator(node.name, node.kind, p))
             if node.kind in WITH_LATE:  # its late records go to the dead letters, two-phase like any sink
                 operators.append(Operator(late_sink_name(node.name), OperatorKind.SINK, p))
                 edges.append(Edge(node.name, late_sink_name(node.name), Partitioning.FORWARD))
-        hashed = node.kind in (*KEYED, "iterate")
+        hashed = node.kind in (*KEYED_KINDS, OperatorKind.ITERATE)
         for upstream in node.inputs:
             edges.append(Edge(upstream, node.name, Partitioning.HASH if hashed else Partitioning.FORWARD))
     for node in job.nodes:
         for up in (job.node(i) for i in node.inputs):
-            if up.kind == "join" and up.reemit and node.kind != "sink":
+            if up.kind is OperatorKind.JOIN and up.reemit and node.kind is not OperatorKind.SINK:
                 raise ValueError(f"job {job.name!r}: {node.name!r} reads the re-emitting join {up.name!r}, whose "
                                  f"records come again when their row changes: only sinks may read it")
     graph = JobGraph(operators=tuple(operators), edges=tuple(edges))
@@ -217,5 +213,6 @@ def build_definition(job: JobDeclaration, origin: str = "") -> JobDefinition:
         barrier_interval_minutes=job.barrier_interval_minutes, id_store=job.id_store,
         loop_rounds=loops[0].loop.rounds if loops else 4, consistency=job.consistency,
         max_dead_letter_share=job.max_dead_letter_share, spec=job, origin=origin,
-        params={n.name: operator_params(n) for n in job.nodes if n.kind not in ("source", "sink")},
+        params={n.name: operator_params(n) for n in job.nodes
+                if n.kind not in (OperatorKind.SOURCE, OperatorKind.SINK)},
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.dataflow.demo_data import DemoData
+from coordinator.dataflow.graph import OperatorKind
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.dataflow.jobs import check_dead_letter_share, check_name
 from coordinator.keywords import checked_keywords
@@ -131,8 +132,7 @@ class Node:
     """One operator of the declared graph."""
 
     name: str
-    #: source | map | filter | flat_map | aggregate | process | iterate | window | join | interval_join | sink
-    kind: str
+    kind: OperatorKind
     inputs: tuple[str, ...] = ()
     fn: Transform | None = None
     key: Schema = ()
@@ -163,6 +163,9 @@ class Node:
     #: or in event time: a key whose newest event time (column ``time``) is this far behind the watermark
     ttl_ms: int | None = None
 
+    def __post_init__(self) -> None:
+        self.kind = OperatorKind(self.kind)  # the job API names kinds by their values
+
     @property
     def key_names(self) -> tuple[str, ...]:
         return tuple(c for c, _ in self.key)
@@ -176,8 +179,8 @@ def late_sink_name(window: str) -> str:
 def declared_names(node: Node) -> list[tuple[str, str]]:
     """Each name the node brings into the graph, with what it is declared as: a window's late-record
     sink and a loop's body and tail are operators of their own, kept in the catalog like any."""
-    names = [(node.name, node.kind if node.kind in ("source", "sink") else "operator")]
-    if node.kind in ("window", "interval_join"):
+    names = [(node.name, node.kind if node.kind in (OperatorKind.SOURCE, OperatorKind.SINK) else "operator")]
+    if node.kind in (OperatorKind.WINDOW, OperatorKind.INTERVAL_JOIN):
         names.append((late_sink_name(node.name), f"{node.kind.replace('_', ' ')} {node.name!r}: late-record sink"))
     if node.loop is not None:
         names += [(node.loop.body_name, "loop body"), (node.loop.tail_name, "loop tail")]

@@ -16,30 +16,30 @@ from enum import StrEnum
 
 
 class OperatorKind(StrEnum):
+    """The kinds of operator, one vocabulary from the declaration (``api``'s methods) to the execution graph
+    and the simulator; a declared loop (``ITERATE``) runs as a head, its body and a tail."""
+
     SOURCE = "source"
     MAP = "map"
     FLAT_MAP = "flat_map"
     FILTER = "filter"
-    KEYED_REDUCE = "keyed_reduce"
-    KEYED_AGGREGATE = "keyed_aggregate"
-    STATEFUL_MAP = "stateful_map"
-    CO_PROCESS = "co_process"
+    AGGREGATE = "aggregate"
+    PROCESS = "process"
+    WINDOW = "window"
+    JOIN = "join"
+    INTERVAL_JOIN = "interval_join"
+    ITERATE = "iterate"
     ITERATE_HEAD = "iterate_head"
     ITERATE_TAIL = "iterate_tail"
     SINK = "sink"
 
 
-STATEFUL_KINDS = frozenset(
-    {
-        OperatorKind.SOURCE,
-        OperatorKind.KEYED_REDUCE,
-        OperatorKind.KEYED_AGGREGATE,
-        OperatorKind.STATEFUL_MAP,
-        OperatorKind.CO_PROCESS,
-        OperatorKind.ITERATE_HEAD,
-        OperatorKind.SINK,
-    }
-)
+STATELESS_KINDS = frozenset({OperatorKind.MAP, OperatorKind.FILTER, OperatorKind.FLAT_MAP})
+#: the keyed operators a job declares (their state: ``dataflow.jobs.StateSpec``)
+KEYED_KINDS = frozenset({OperatorKind.AGGREGATE, OperatorKind.PROCESS, OperatorKind.WINDOW, OperatorKind.JOIN,
+                         OperatorKind.INTERVAL_JOIN})
+#: the operators of the execution graph whose tasks hold something a checkpoint records
+STATEFUL_KINDS = frozenset({OperatorKind.SOURCE, *KEYED_KINDS, OperatorKind.ITERATE_HEAD, OperatorKind.SINK})
 
 
 class Partitioning(StrEnum):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.dataflow.graph import ExecutionGraph, JobGraph
+from coordinator.dataflow.graph import ExecutionGraph, JobGraph, OperatorKind
 from coordinator.dataflow.iterate import loop_of
 from coordinator.checkpoints.policy import CheckpointPolicy, IdStorePolicy
 from coordinator.sources.record_formats import RecordFormat, TextLines
@@ -30,7 +30,7 @@ class StateSpec:
     """The keyed state of one stateful operator."""
 
     operator: str
-    kind: str  # aggregate | process | iterate | window | join
+    kind: OperatorKind  # one of ``graph.KEYED_KINDS`` or ITERATE
     #: its columns, ``updated`` last (None: known only when Spark runs the job, a join's)
     columns: Schema | None
     #: a row's identity: a restore keeps the newest version per identity
@@ -39,6 +39,9 @@ class StateSpec:
     key: tuple[str, ...]
     #: False: rows are deleted (windows fire, joined records leave), so every snapshot is full
     incremental: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", OperatorKind(self.kind))
 
 
 @dataclass(frozen=True)

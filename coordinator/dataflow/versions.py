@@ -18,10 +18,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from coordinator.catalog.models import JobVersionRow, utcnow
+from coordinator.dataflow.graph import OperatorKind
 from coordinator.dataflow.jobs import JobDefinition
 
 #: hex characters of the digest kept: enough to tell a job's versions apart, short enough to read
 DIGEST_CHARS = 12
+#: how the parts name the keyed operators' kinds: as versions were first recorded, before ``OperatorKind`` took
+#: the declaration's names, so that a version stored then still equals its job's declaration
+RECORDED_KINDS = {OperatorKind.AGGREGATE: "keyed_reduce", OperatorKind.PROCESS: "stateful_map",
+                  OperatorKind.WINDOW: "keyed_aggregate", OperatorKind.JOIN: "co_process",
+                  OperatorKind.INTERVAL_JOIN: "co_process"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ def describe(job: JobDefinition) -> dict[str, Any]:
     """The parts of ``job``'s declaration its version is taken over, as JSON reads them back (lists, not
     tuples), so that parts stored in the catalog compare equal to the same declaration's."""
     return json.loads(json.dumps({
-        "operators": [{"name": o.name, "kind": str(o.kind)} for o in job.graph.operators],
+        "operators": [{"name": o.name, "kind": RECORDED_KINDS.get(o.kind, str(o.kind))} for o in job.graph.operators],
         "edges": sorted([e.source, e.target, str(e.partitioning)] for e in job.graph.edges),
         "states": [{"operator": s.operator, "kind": s.kind,
                     "columns": None if s.columns is None else [f"{c}:{t}" for c, t in s.columns],

@@ -56,7 +56,7 @@ class WordCount:
         if kind is OperatorKind.FLAT_MAP:
             words = [w for w in NON_WORD.split(str(record.value).lower()) if w]
             return [(Route.ANY, Record(w, 1, origin=record.origin)) for w in words]
-        if kind is OperatorKind.KEYED_REDUCE:
+        if kind is OperatorKind.AGGREGATE:
             state[record.key] = state.get(record.key, 0) + int(record.value)
             return [(Route.ANY, Record(record.key, state[record.key], origin=record.origin))]
         if kind is OperatorKind.SINK:

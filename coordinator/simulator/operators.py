@@ -47,7 +47,7 @@ def source_record(task_name: str, offset: int, item: int) -> Record:
 def initial_state(kind: OperatorKind) -> dict:
     if kind is OperatorKind.SOURCE:
         return {SOURCE_OFFSET: 0}
-    if kind is OperatorKind.STATEFUL_MAP:
+    if kind is OperatorKind.PROCESS:
         return {SEEN: 0}
     return {}
 
@@ -73,13 +73,13 @@ def apply(kind: OperatorKind, state: dict, record: Record, from_back_edge: bool)
         return out
     if kind is OperatorKind.FILTER:
         return [] if record.key % 4 == 3 else [(Route.ANY, record)]
-    if kind is OperatorKind.KEYED_REDUCE:
+    if kind is OperatorKind.AGGREGATE:
         _bump(state, record.key, record.value)
         return [(Route.ANY, record)]
-    if kind in (OperatorKind.KEYED_AGGREGATE, OperatorKind.CO_PROCESS):
+    if kind in (OperatorKind.WINDOW, OperatorKind.JOIN, OperatorKind.INTERVAL_JOIN):
         _bump(state, record.key, 1)
         return [(Route.ANY, record)]
-    if kind is OperatorKind.STATEFUL_MAP:
+    if kind is OperatorKind.PROCESS:
         state[SEEN] += 1
         return [(Route.ANY, record)]
     if kind is OperatorKind.ITERATE_HEAD:

@@ -34,6 +34,7 @@ from pyspark.sql.types import StructType
 
 from coordinator.dataflow.jobs import JobDefinition, StateSpec
 from coordinator.types import ddl
+from coordinator.dataflow.graph import STATELESS_KINDS, OperatorKind
 from spark_jobs.operators import keyed_operators as ko
 from spark_jobs.operators import interval_join, session_windows, ttl
 from spark_jobs.records.epoch_source import keeps_input_file
@@ -57,7 +58,7 @@ class Dataflow:
         self.job = job
         self.spec = job.spec
         self.nodes = {n.name: n for n in self.spec.nodes}
-        self.loop = next((n for n in self.spec.nodes if n.kind == "iterate"), None)
+        self.loop = next((n for n in self.spec.nodes if n.kind is OperatorKind.ITERATE), None)
         #: operator -> the operators reading its output
         self._readers = {n.name: [m.name for m in self.spec.nodes if n.name in m.inputs] for n in self.spec.nodes}
         self._schemas: dict[str, StructType] = {}
@@ -77,7 +78,8 @@ class Dataflow:
     def needs_sequence_numbers(self) -> bool:
         """Windows and joins keep records' source positions (dead letters, a buffered record's identity);
         structured formats parse every line; the others read plain lines, faster."""
-        return any(n.kind in ("window", "join", "interval_join") for n in self.spec.nodes)
+        return any(n.kind in (OperatorKind.WINDOW, OperatorKind.JOIN, OperatorKind.INTERVAL_JOIN)
+                   for n in self.spec.nodes)
 
     @cached_property
     def back_edge_schema(self) -> StructType:
@@ -120,14 +122,15 @@ class Dataflow:
 
     def _stateless(self, name: str) -> bool:
         node = self.nodes[name]
-        return node.kind == "source" or (node.kind in ("map", "filter", "flat_map") and self._stateless(node.inputs[0]))
+        return node.kind is OperatorKind.SOURCE or (node.kind in STATELESS_KINDS and self._stateless(node.inputs[0]))
 
     def epochs(self, spark: SparkSession, states: dict[str, KeyedState], records: list[tuple[int, dict]],
                watermarks: dict[str, int | None], together: tuple[dict, Column, frozenset[str]] | None = None,
                volume: int | None = None) -> list[EpochOutput]:
         """Epochs ``(checkpoint id, records)`` of a ``fusable`` job, in order: each keyed aggregate folds all
         of them in one Spark job (``stores.apply.aggregate``: its cost is one job's, not one per epoch),
-        then each epoch's outputs are what ``epoch`` gives (``KeyedState.apply_epochs``). ``together``: the same records read in one
+        then each epoch's outputs are what ``epoch`` gives (``KeyedState.apply_epochs``). ``together``: the same
+        records read in one
         scan, the column giving each its epoch and the files scanned (``epoch_source.epoch_of_file``), used
         where the stream into an aggregate is computed row by row from them (``epoch_source.keeps_input_file``);
         ``volume``: their source records (``stores.apply.aggregate`` plans by it)."""
@@ -163,11 +166,11 @@ class Dataflow:
         chained: dict[str, tuple[str, PlannedApply]] = {}
         for node in self.spec.nodes:
             ins = [streams[i] for i in node.inputs]
-            if node.kind == "source":
+            if node.kind is OperatorKind.SOURCE:
                 streams[node.name] = cache(lambda name=node.name: records[name])
-            elif node.kind in ("map", "filter", "flat_map"):
+            elif node.kind in STATELESS_KINDS:
                 streams[node.name] = cache(lambda fn=node.fn, into=ins[0]: fn(into()))
-            elif node.kind == "sink":
+            elif node.kind is OperatorKind.SINK:
                 spec = next(s for s in self.job.sinks if s.name == node.name)
                 if not spec.from_state:
                     cols = [c for c, _ in spec.columns]
@@ -206,7 +209,7 @@ class Dataflow:
         following = self._readers[name]
         while len(following) == 1:
             node = self.nodes[following[0]]
-            if node.kind not in ("map", "filter", "flat_map"):
+            if node.kind not in STATELESS_KINDS:
                 return node.name if node.name in states and states[node.name].carries_applies else None
             following = self._readers[node.name]
         return None
@@ -216,8 +219,8 @@ class Dataflow:
                out: EpochOutput, checkpoint_id: int, max_rounds: int | None,
                dry: bool) -> tuple[DataFrame, DataFrame]:
         columns = None if spec.columns is None else [c for c, _ in spec.columns]
-        if node.kind in ("aggregate", "process"):
-            if node.kind == "aggregate":
+        if node.kind in (OperatorKind.AGGREGATE, OperatorKind.PROCESS):
+            if node.kind is OperatorKind.AGGREGATE:
                 new = ttl.aggregate(state, ins[0], node, columns, checkpoint_id, self.durable) if ttl.has(
                     node) else ko.aggregate(state, ins[0], node, columns, checkpoint_id)
             else:
@@ -230,17 +233,17 @@ class Dataflow:
             if ttl.event_ttl(node) is not None and not dry:  # an event-time TTL's watermark, acked with the state
                 out.watermarks[node.name] = self.expiry.watermark(node, watermarks.get(node.name))
             return new, new.where(F.col("updated") == F.lit(checkpoint_id))
-        if node.kind == "window":
+        if node.kind is OperatorKind.WINDOW:
             windows = session_windows.session if session_windows.is_session(node) else ko.window
             new, emitted, late, mark = windows(state, ins[0], node, columns, watermarks.get(node.name),
                                                checkpoint_id, dry)
             out.watermarks[node.name] = mark
             out.outputs[f"{node.name}_late"] = late
             return ko.materialized(new, dry), emitted
-        if node.kind == "join":
+        if node.kind is OperatorKind.JOIN:
             new, matched = ko.join(state, ins[0], ins[1], node, checkpoint_id, dry)
             return ko.materialized(new, dry), matched
-        if node.kind == "interval_join":  # spark_jobs.operators.interval_join (a restore reads its watermark
+        if node.kind is OperatorKind.INTERVAL_JOIN:  # spark_jobs.operators.interval_join (a restore reads its watermark
             # from its state): a state n it returns is an immutable copy already
             new, joined, late, out.watermarks[node.name] = interval_join.epoch(state, ins[0], ins[1], node,
                                                                                checkpoint_id, dry, watermarks)
@@ -282,7 +285,7 @@ class Dataflow:
     def stream_of(self, spark: SparkSession, name: str, records: dict[str, DataFrame]) -> DataFrame:
         """The stateless stream ``name`` (a source or a chain of stateless operators) over ``records``."""
         node = self.nodes[name]
-        if node.kind == "source":
+        if node.kind is OperatorKind.SOURCE:
             return records[name]
         return node.fn(self.stream_of(spark, node.inputs[0], records))
 

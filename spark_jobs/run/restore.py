@@ -14,6 +14,7 @@ from coordinator.checkpoints.state_chain import ChainLink
 from coordinator.checkpoints.store import CheckpointStore
 from coordinator.dataflow.jobs import JobDefinition
 from coordinator.errors import StateIntegrityError
+from coordinator.dataflow.graph import OperatorKind
 from spark_jobs.run import back_edge_log
 from spark_jobs.state import keyed_state
 from spark_jobs.operators import ttl
@@ -89,7 +90,7 @@ class StateRestorer:
         if heads and self.flow.is_iterative:
             log("  the job has a loop: every task of it is upstream of every other, so all of them restart")
             heads = None
-        if heads and any(spec.kind == "interval_join" for spec in job.states):
+        if heads and any(spec.kind is OperatorKind.INTERVAL_JOIN for spec in job.states):
             log("  an interval join's watermark is read from all of its subtasks' state at one checkpoint: all "
                 "of them restart")
             heads = None
@@ -132,7 +133,7 @@ class StateRestorer:
                                                         job.parallelism, spec.identity)
         # windows' watermarks, and event-time TTLs' (``spark_jobs.operators.ttl``)
         watermarks = {spec.operator: watermark(acks, spec.operator) for spec in job.states
-                      if spec.kind == "window" or ttl.event_ttl(self.flow.nodes[spec.operator]) is not None}
+                      if spec.kind is OperatorKind.WINDOW or ttl.event_ttl(self.flow.nodes[spec.operator]) is not None}
         return Restored(checkpoint_id, states, links, lengths, all_heads, *self.restore_back_edge_log(checkpoint_id),
                         parallelism=taken_at, watermarks=watermarks)
 
@@ -159,7 +160,7 @@ class StateRestorer:
             states[op] = None if op in skip else keyed_state.restore(
                 self.spark, self.flow.state_schema(self.spark, op), spec.key, links[op], job.parallelism,
                 spec.identity)
-            if spec.kind == "window":
+            if spec.kind is OperatorKind.WINDOW:
                 watermarks[op] = watermark(self.store.acks(job.name, head), op)
         # one parallelism for all: the base of their next snapshots; else (None) those are full
         return Restored(point, states, links, lengths, {}, parallelism=taken.pop() if len(taken) == 1 else None,

@@ -33,7 +33,7 @@ from coordinator.checkpoints.state_handle import StateHandle
 GRAPH = JobGraph(
     operators=(
         Operator("source", OperatorKind.SOURCE, 1),
-        Operator("count", OperatorKind.KEYED_REDUCE, 2),
+        Operator("count", OperatorKind.AGGREGATE, 2),
         Operator("sink", OperatorKind.SINK, 1),
     ),
     edges=(Edge("source", "count", Partitioning.HASH), Edge("count", "sink", Partitioning.HASH)),

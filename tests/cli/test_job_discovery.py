@@ -77,7 +77,7 @@ EXPECTED_ERRORS = {
 
 #: the jobs of the installed examples package (its entry points)
 INSTALLED = sorted(ep.name for ep in entry_points(group="absreplay.jobs"))
-MINI_CHAIN = "lines(source) -> words(flat_map) => tally(keyed_reduce) -> counts(sink)"
+MINI_CHAIN = "lines(source) -> words(flat_map) => tally(aggregate) -> counts(sink)"
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ def test_jobs_command_lists_the_jobs_then_the_broken_files(jobs_dir: Path, env: 
     monkeypatch.setattr(absreplay_cli, "out", Console(width=1000))
     out = cli_ok(None, "jobs", env=env)
     table, _, broken = out.partition("job files that failed to load")
-    for text in ("mini", "a tiny word count", str(jobs_dir / "mini.py"), "=> tally(keyed_reduce)",
+    for text in ("mini", "a tiny word count", str(jobs_dir / "mini.py"), "=> tally(aggregate)",
                  "counts: SQL table mini_counts in the catalog database; columns word, n", "not registered yet",
                  "entry point wordcount = absreplay_examples.wordcount:job", "~> labels"):
         assert text in table, text
@@ -148,7 +148,7 @@ def test_jobs_json_has_each_graph_and_the_broken_files(jobs_dir: Path, env: dict
     mini = jobs["mini"]
     assert mini["origin"] == str(jobs_dir / "mini.py")
     assert [(o["name"], o["kind"], o["parallelism"]) for o in mini["operators"]] == [
-        ("lines", "source", 1), ("words", "flat_map", 1), ("tally", "keyed_reduce", 1), ("counts", "sink", 1)]
+        ("lines", "source", 1), ("words", "flat_map", 1), ("tally", "aggregate", 1), ("counts", "sink", 1)]
     assert [(e["source"], e["target"], e["partitioning"]) for e in mini["edges"]] == [
         ("lines", "words", "forward"), ("words", "tally", "hash"), ("tally", "counts", "forward")]
     assert mini["graph"] == [MINI_CHAIN]

@@ -33,7 +33,7 @@ from coordinator.simulator import (
 from coordinator.simulator.channels import ChannelQueue
 
 K = OperatorKind
-MIDDLE_KINDS = [K.MAP, K.FLAT_MAP, K.FILTER, K.KEYED_REDUCE, K.KEYED_AGGREGATE, K.STATEFUL_MAP, K.CO_PROCESS]
+MIDDLE_KINDS = [K.MAP, K.FLAT_MAP, K.FILTER, K.AGGREGATE, K.WINDOW, K.PROCESS, K.JOIN]
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # find() returns the first example found: shrinking it would cost seconds and prove nothing more
 SEARCH = settings(max_examples=500, database=None, phases=[Phase.generate])
@@ -202,7 +202,7 @@ def test_at_least_once_restore_never_loses_a_record(case: Case) -> None:
 MERGE = JobGraph(
     operators=(
         Operator("src", K.SOURCE, 2),
-        Operator("count", K.KEYED_AGGREGATE, 1),
+        Operator("count", K.WINDOW, 1),
         Operator("sink", K.SINK, 1),
     ),
     edges=(Edge("src", "count", Partitioning.HASH), Edge("count", "sink", Partitioning.FORWARD)),
