@@ -70,7 +70,7 @@ def _per_key(rows: DataFrame, node: object, state: StoreVersion, ids: list[int],
     contributions = [F.col(k).cast(spark_type(t)).alias(k) for k, t in node.key]
     contributions += [value.alias(column) for name, agg in node.aggregates.items()
                       for column, value, _ in aggregate_parts.parts(name, agg)]
-    parts = list(state.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
+    parts = list(state.stores.layout.merges)  # each state column's merge, by its SQL name (``layout_of``)
     merges = [f"bit_or(shiftleft(1L, {SLOT})) AS {PRESENT}"] + [
         f"{merge}(CASE WHEN {SLOT} = {j + 1} THEN {quoted(column)} END) AS {quoted(f'{column}@{j}')}"
         for j in range(len(ids)) for column, merge in parts]
@@ -78,11 +78,11 @@ def _per_key(rows: DataFrame, node: object, state: StoreVersion, ids: list[int],
     contributions = rows.select(*contributions, slot.alias(SLOT))
     if records is not None and records > ROUTE_FIRST_UP_TO:  # merged per key, then routed
         wide = with_subtask(contributions.groupBy(*keys).agg(*[F.expr(m) for m in merges]), keys, p,
-                            state.max_parallelism)
+                            state.stores.max_parallelism)
         if subtasks is not None:
             wide = wide.where(F.col(SUBTASK).isin(sorted(subtasks)))
         return by_store(wide, p), [column for column, _ in parts]
-    routed = with_subtask(contributions, keys, p, state.max_parallelism)
+    routed = with_subtask(contributions, keys, p, state.stores.max_parallelism)
     if subtasks is not None:
         routed = routed.where(F.col(SUBTASK).isin(sorted(subtasks)))
     wide = by_store(routed, p).groupBy(SUBTASK, *keys).agg(*[F.expr(m) for m in merges])
@@ -114,7 +114,7 @@ def planned(spark: SparkSession, state: StoreVersion, ids: list[int], rows: Data
 
     # each store's task unpivots its keys' rows into one per key and epoch itself (``store_tasks.per_epoch``):
     # unpivoted in Spark, ten times the rows would cross Arrow to the Python worker
-    apply = store_tasks.apply_task(state.at, state.operator, state.events, SUBTASK, ids, deltas, merged, PRESENT)
+    apply = store_tasks.apply_task(state.at, state.operator, state.stores.events, SUBTASK, ids, deltas, merged, PRESENT)
     applied = batch.mapInArrow(apply, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     # where the metrics of ``carried`` are found once the job ran: the pinned RDD hides them from the job's own
     plan = wide._jdf.queryExecution() if carried else None

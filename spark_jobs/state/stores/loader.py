@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -102,9 +103,23 @@ def executor_root() -> str:
     return str(local / STORES)
 
 
+class StoreEvent(NamedTuple):
+    """How one task found its store (``opened``)."""
+
+    operator: str
+    subtask: int
+    version: int
+    #: "apply" | "read"
+    task: str
+    #: "hit" | "reload"
+    found: str
+    seconds: float
+    #: rows loaded (a reload's)
+    rows: int
+
+
 class StoreEvents(AccumulatorParam):
-    """An accumulator of store events: (operator, subtask, version, task ("apply" | "read"), "hit" | "reload",
-    seconds, rows loaded), one per task that opened a store."""
+    """An accumulator of ``StoreEvent``s, one per task that opened a store."""
 
     def zero(self, value: list) -> list:
         return []
@@ -136,13 +151,13 @@ def opened(at: StoreAt, i: int, operator: str, events, task: str) -> SubtaskStor
             if task == "apply" and store.info().version != at.version:
                 store.rollback(at.version)
             if events is not None:
-                events.add([(operator, i, at.version, task, "hit", 0.0, 0)])
+                events.add([StoreEvent(operator, i, at.version, task, "hit", 0.0, 0)])
             return store
         t0 = time.perf_counter()
         rows = store.load(_chain(at, i), at.version)
         _remove_other_layouts(directory)
         if events is not None:
-            events.add([(operator, i, at.version, task, "reload", time.perf_counter() - t0, rows)])
+            events.add([StoreEvent(operator, i, at.version, task, "reload", time.perf_counter() - t0, rows)])
         return store.open()
 
 

@@ -77,7 +77,7 @@ from spark_jobs.state.stores import tasks as store_tasks
 from spark_jobs.state.stores.loader import StateFile, StoreEvents, executor_root
 from spark_jobs.state.stores.placement import Placement
 from spark_jobs.state.stores.store import FORMAT, KEEP, SUPPORTED, Layout, StoreVersionError
-from spark_jobs.state.stores.store_state import StoreVersion, by_store, own_snapshot
+from spark_jobs.state.stores.store_state import Stores, StoreVersion, by_store, own_snapshot
 
 BACKEND_ENV = "ABS_STATE_BACKEND"
 #: how each built-in aggregate's state columns merge (``aggregate_parts.parts``)
@@ -132,7 +132,7 @@ class StoreState(StoreVersion, KeyedState):
     @property
     def carries_applies(self) -> bool:
         """Pinned stores only: a carried apply's metrics are read from the plan under the pinned RDD."""
-        return self.placement is not None
+        return self.stores.placement is not None
 
     @property
     def emitted(self) -> DataFrame | None:
@@ -197,9 +197,9 @@ class StoreBackend(KeyedStateBackend):
                 # the job (its catalog row), one layout and one parallelism
                 shape = hashlib.sha256(repr((FORMAT, layout.schema.to_string(), layout.merges)).encode()).hexdigest()[:12]
                 path = f"{job.name}/{incarnation}/{spec.operator}/p{p}-g{max_parallelism}-{shape}"
-                self.states[spec.operator] = StoreState(spec.operator, root, path, layout, spark_schema(spec.columns),
-                                                        p, max_parallelism, 0, (), self.events, snapshots,
-                                                        placement=self.placement)
+                stores = Stores(spec.operator, root, path, layout, spark_schema(spec.columns), p, max_parallelism,
+                                self.events, snapshots, self.placement)
+                self.states[spec.operator] = StoreState(stores, 0, ())
 
     @classmethod
     def of(cls, spark: SparkSession, job: JobDefinition, nodes: dict, state_uri: str, max_parallelism: int,
@@ -238,11 +238,11 @@ class StoreBackend(KeyedStateBackend):
     def _split(self, state: StoreState, rows: DataFrame, version: int) -> tuple[tuple[StateFile, ...], ...]:
         """The state at ``version``, taken at another parallelism, split by the new key groups into one file
         per subtask under ``<job>/_rescaled/`` in the state root (any filesystem): the files its stores load."""
-        keys, p = list(state.layout.keys), state.parallelism
+        keys, p = list(state.stores.layout.keys), state.parallelism
         folder = f"{state_files.spark_uri(self.state_uri)}/{self.job.name}/_rescaled/{version}-p{p}/{state.operator}"
         state_files.delete_dir(folder)
-        data = with_subtask(rows.select(*state.columns), keys, p, state.max_parallelism)
-        split = store_tasks.split_task(state.layout, SUBTASK, folder)
+        data = with_subtask(rows.select(*state.columns), keys, p, state.stores.max_parallelism)
+        split = store_tasks.split_task(state.stores.layout, SUBTASK, folder)
         written = dict(by_store(data, p).sortWithinPartitions(*keys).mapInArrow(
             split, f"{SUBTASK} int, rows long").collect())
         if sorted(written) != list(range(p)):
@@ -250,11 +250,3 @@ class StoreBackend(KeyedStateBackend):
                                     f"{sorted(written)} written, expected 0..{p - 1}")
         return tuple((StateFile(f"{folder}/{SUBTASK}={i}", written[i], version, sealed=False),) if written[i] else ()
                      for i in range(p))
-
-    def report(self) -> list[tuple]:
-        """The store events of the tasks run since the last call: (operator, subtask, version, "hit" or "reload",
-        seconds, rows loaded)."""
-        events = list(self.events.value)
-        self.events.value = []
-        return events
-

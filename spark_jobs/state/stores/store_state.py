@@ -24,9 +24,8 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class StoreVersion:
-    """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows (the engine's
-    ``KeyedState`` on top: ``provider.StoreState``)."""
+class Stores:
+    """A keyed aggregate's stores in a run: one per subtask, where they are and what they hold."""
 
     operator: str
     #: ``ABS_STORE_DIR``'s folder of the job, "" for each executor's own (``stores.loader.StoreAt``)
@@ -37,14 +36,24 @@ class StoreVersion:
     schema: StructType
     parallelism: int
     max_parallelism: int
-    version: int
-    #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
-    #: (``stores.loader.StoreAt.files``); None: none (this run's deltas unwritten: the snapshot writer writes them)
-    files: tuple[tuple[StateFile, ...], ...] | None
     #: the tasks report hits and reloads here (``stores.loader.StoreEvents``)
     events: Accumulator
     #: the job's snapshot folder under the state root, on any filesystem (the epoch's tasks write its delta there)
     snapshots: str
+    #: where the stores are, to send their tasks back there (``stores.placement``; None: anywhere)
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True)
+class StoreVersion:
+    """A keyed aggregate's state at ``version``: its stores, and the epoch's changed rows (the engine's
+    ``KeyedState`` on top: ``provider.StoreState``)."""
+
+    stores: Stores
+    version: int
+    #: per subtask, the files its state at ``version`` is loaded from where a task finds no store holding it
+    #: (``stores.loader.StoreAt.files``); None: none (this run's deltas unwritten: the snapshot writer writes them)
+    files: tuple[tuple[StateFile, ...], ...] | None
     #: the version the epoch started from, and what plans the rows it changed (None: restored, no epoch yet)
     prev: int | None = None
     changes_of: Callable[[], DataFrame] | None = None
@@ -56,8 +65,18 @@ class StoreVersion:
     #: how the apply that made this state found each subtask's store: subtask -> ("hit" | "reload", seconds,
     #: the executor it ran on or None)
     loads: dict | None = None
-    #: where the stores are, to send their tasks back there (``stores.placement``; None: anywhere)
-    placement: Placement | None = None
+
+    @property
+    def operator(self) -> str:
+        return self.stores.operator
+
+    @property
+    def schema(self) -> StructType:
+        return self.stores.schema
+
+    @property
+    def parallelism(self) -> int:
+        return self.stores.parallelism
 
     @property
     def columns(self) -> list[str]:
@@ -66,7 +85,7 @@ class StoreVersion:
     @property
     def at(self) -> StoreAt:
         """What a task of this state needs (``stores.loader``)."""
-        return StoreAt(self.root, self.path, self.layout, self.version, self.files, self.reload)
+        return StoreAt(self.stores.root, self.stores.path, self.stores.layout, self.version, self.files, self.reload)
 
     @property
     def changes(self) -> DataFrame | None:
@@ -75,14 +94,14 @@ class StoreVersion:
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """The operator's folder of checkpoint ``checkpoint_id`` under ``snapshots``."""
-        return f"{self.snapshots}/chk-{checkpoint_id}/{self.operator}"
+        return f"{self.stores.snapshots}/chk-{checkpoint_id}/{self.operator}"
 
     def rows(self, spark: SparkSession, since: int | None = None) -> DataFrame:
         """The state as of ``version`` (``since``: the rows changed after that version), read by one
         Spark task per store."""
         if (since or 0) == self.prev and self.changes is not None:  # version 0: the stores were empty
             return self.changes
-        return self.one_per_store(spark).mapInArrow(store_tasks.read_task(self.at, self.operator, self.events, since),
+        return self.one_per_store(spark).mapInArrow(store_tasks.read_task(self.at, self.operator, self.stores.events, since),
                                         self.schema)
 
     def one_per_store(self, spark: SparkSession) -> DataFrame:
@@ -91,14 +110,15 @@ class StoreVersion:
 
     def pinned(self, df: DataFrame) -> DataFrame:
         """``df`` (partition i: store i) sent where the stores are (``stores.placement``)."""
-        return df if self.placement is None else self.placement.pinned(df, self.operator, self.parallelism)
+        placement = self.stores.placement
+        return df if placement is None else placement.pinned(df, self.operator, self.parallelism)
 
     def applied_loads(self) -> dict[int, tuple[str, float, str | None]]:
         """How the apply from this state found each subtask's store (its tasks' events, ``stores.loader``), and
         the executor it ran on: a group of epochs applied at once is one apply, reported with its first epoch."""
-        where = {} if self.placement is None else self.placement.where(self.operator)
-        return {e[1]: (e[4], e[5], where.get(e[1])) for e in self.events.value
-                if e[0] == self.operator and e[2] == self.version and e[3] == "apply"}
+        where = {} if self.stores.placement is None else self.stores.placement.where(self.operator)
+        return {e.subtask: (e.found, e.seconds, where.get(e.subtask)) for e in self.stores.events.value
+                if e.operator == self.operator and e.version == self.version and e.task == "apply"}
 
     def after(self, version: int, delta: str, rows: dict[int, int]) -> tuple | None:
         """``files`` at ``version``, applied on this state: these plus the epoch's delta its tasks wrote to
@@ -116,7 +136,7 @@ def write_full(spark: SparkSession, state: StoreVersion, base: int | None) -> di
     (``keyed_state.snapshot_metrics``)."""
     folder = state.checkpoint_dir(state.version)
     state_files.delete_dir(folder)  # the epoch's delta, an earlier attempt's files
-    dump = store_tasks.dump_task(state.at, state.operator, state.events, folder, SUBTASK)
+    dump = store_tasks.dump_task(state.at, state.operator, state.stores.events, folder, SUBTASK)
     rows = state.one_per_store(spark).mapInArrow(
         dump, StructType([*state.schema.fields, StructField(SUBTASK, IntegerType(), False)]))
     observation = Observation(f"full-{state.version}-{state.operator}")
